@@ -1,0 +1,3 @@
+from liftgate.cli.main import main
+
+raise SystemExit(main())

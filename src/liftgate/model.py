@@ -1,0 +1,197 @@
+"""liftgate's shared data model: gates, findings, skips and the report of a scan.
+
+Detectors produce `Gate`s (what the code says), `evaluate` turns a gate and a target into a
+`Finding` (what that means for one arch), and a `Report` carries both with the `Skip`s that
+explain what was not analysed. Everything here is a frozen value; identity never depends
+on line numbers so baselines, diffs across releases and re-applied lifts match the same gate.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+
+from liftgate.arch.core import Arch, ArchSet
+
+
+class GateKind(str, enum.Enum):
+    CUDA_PP = "cuda-pp"
+    PY_RUNTIME = "py-runtime"
+    PY_BUILD = "py-build"
+    CMAKE = "cmake"
+    BINARY = "binary"
+
+
+GATE_ID_PREFIX = {
+    GateKind.CUDA_PP: "cu",
+    GateKind.PY_RUNTIME: "py",
+    GateKind.PY_BUILD: "pb",
+    GateKind.CMAKE: "cm",
+    GateKind.BINARY: "bin",
+}
+
+
+class ElseKind(str, enum.Enum):
+    NONE = "none"  # compiled out / skipped: nothing runs instead
+    FALLBACK = "fallback"  # another implementation runs instead
+    ERROR = "error"  # #error, static_assert, raise
+
+
+class Confidence(str, enum.Enum):
+    EXACT = "exact"  # derived from the code
+    INFERRED = "inferred"  # from a name such as is_sm100 or a device-name substring
+
+
+class Status(str, enum.Enum):
+    ADMITTED = "admitted"
+    EXCLUDED = "excluded"
+    UNKNOWN = "unknown"
+
+
+class Truth(str, enum.Enum):
+    """Three-valued truth of a condition in one compilation pass or on one device."""
+
+    TRUE = "true"
+    FALSE = "false"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Lines ``start..end`` inclusive, 1-based, of a file."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    package: str
+    version: str | None
+    path: str  # POSIX path inside the package, e.g. flashinfer/data/include/flashinfer/comm/x.cuh
+    span: Span
+
+    @property
+    def line(self) -> int:
+        return self.span.start
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """How part of a gate was resolved, e.g. where a derived macro was defined and under which condition."""
+
+    text: str
+    path: str | None = None
+    line: int | None = None
+
+    def render(self) -> str:
+        where = f" at {self.path}:{self.line}" if self.path and self.line else (f" in {self.path}" if self.path else "")
+        return f"{self.text}{where}"
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """An architecture gate: code whose inclusion or execution depends on the GPU architecture.
+
+    ``admitted`` holds the targets for which the condition is definitely true, ``unknown`` those
+    for which it depends on something liftgate cannot see (a macro set by the build, say);
+    every other known target is excluded. ``host`` is the host compilation pass (CUDA only).
+    """
+
+    id: str
+    kind: GateKind
+    location: Location
+    condition: str
+    admitted: ArchSet
+    unknown: ArchSet
+    host: Truth | None
+    then_span: Span | None
+    else_span: Span | None
+    else_kind: ElseKind
+    confidence: Confidence = Confidence.EXACT
+    evidence: tuple[Evidence, ...] = ()
+    depends_on: tuple[str, ...] = ()  # non-arch parts of the condition, with the value assumed
+    directive: str = ""  # e.g. "#if", "#elif", "#ifdef"
+    enclosing: tuple[str, ...] = field(default=())  # ids of enclosing gates, outermost first
+
+    @property
+    def excluded(self) -> ArchSet:
+        return ~(self.admitted | self.unknown)
+
+    def status(self, arch: Arch) -> Status:
+        if arch in self.admitted:
+            return Status.ADMITTED
+        if arch in self.unknown:
+            return Status.UNKNOWN
+        return Status.EXCLUDED
+
+
+def gate_id(
+    kind: GateKind,
+    package: str,
+    path: str,
+    normalized_condition: str,
+    scope: tuple[str, ...],
+    occurrence: int,
+) -> str:
+    """A stable id from what the gate is, not where it sits: survives code moving up or down a file."""
+    key = "\x1f".join([kind.value, package.lower(), path, normalized_condition, *scope, str(occurrence)])
+    return f"{GATE_ID_PREFIX[kind]}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A file or construct that was not analysed, and why. A result, never an exception."""
+
+    path: str
+    reason: str
+    package: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A gate evaluated for one target."""
+
+    gate: Gate
+    target: Arch
+    status: Status
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What the user asked for (``rtx5090``) and the arch it resolved to (``sm_120``)."""
+
+    spelling: str
+    arch: Arch
+
+
+@dataclass(frozen=True, slots=True)
+class PackageSummary:
+    name: str
+    version: str | None
+    origin: str
+    files: int
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """The result of a scan: gates, their evaluation for each target, and what was skipped."""
+
+    targets: tuple[Target, ...]
+    packages: tuple[PackageSummary, ...]
+    gates: tuple[Gate, ...]
+    skips: tuple[Skip, ...]
+    files_scanned: int
+    elapsed_s: float
+    cuda_version: tuple[int, int]
+    notes: tuple[str, ...] = ()
+
+    def findings(self, target: Arch) -> list[Finding]:
+        from liftgate.evaluate import evaluate
+
+        return [evaluate(gate, target) for gate in self.gates]
+
+    def excluding(self, target: Arch) -> list[Gate]:
+        return [g for g in self.gates if g.status(target) is Status.EXCLUDED]
