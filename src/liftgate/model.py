@@ -86,7 +86,11 @@ class Evidence:
     line: int | None = None
 
     def render(self) -> str:
-        where = f" at {self.path}:{self.line}" if self.path and self.line else (f" in {self.path}" if self.path else "")
+        where = (
+            f" at {self.path}:{self.line}"
+            if self.path and self.line
+            else (f" in {self.path}" if self.path else "")
+        )
         return f"{self.text}{where}"
 
 

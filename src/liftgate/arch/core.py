@@ -69,6 +69,7 @@ class Capability:
     limits: dict[str, int] = field(hash=False, compare=False)
     notes: str
     source: str
+    see_also: tuple[str, ...] = ()
 
     @property
     def cc(self) -> tuple[int, int]:
@@ -81,6 +82,9 @@ class ArchData:
     families: dict[str, tuple[tuple[int, int], ...]] = field(hash=False, compare=False)
     sources: dict[str, str] = field(hash=False, compare=False)
     universe: tuple[Arch, ...] = ()
+    # TORCH_CUDA_ARCH_LIST names such as "Hopper" -> "9.0+PTX" (torch/utils/cpp_extension.py).
+    torch_named_arches: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    notes: tuple[str, ...] = ()
 
     def capability(self, cc: tuple[int, int]) -> Capability | None:
         for cap in self.capabilities:
@@ -96,34 +100,73 @@ def _parse_cc(text: str) -> tuple[int, int]:
 
 @cache
 def arch_data() -> ArchData:
-    """Load and validate ``data/archs.json`` once."""
-    raw: dict[str, Any] = json.loads(resources.files("liftgate.data").joinpath("archs.json").read_text("utf-8"))
+    """Load and validate ``data/archs.json`` once.
+
+    Raises ValueError naming the entry when the file contradicts itself (an unknown source, variant
+    or family member, a capability listed twice), so a bad edit fails at import, not mid-scan.
+    """
+    raw: dict[str, Any] = json.loads(
+        resources.files("liftgate.data").joinpath("archs.json").read_text("utf-8")
+    )
     sources = dict(raw["sources"])
+
+    def check_source(where: str, key: str) -> None:
+        if key not in sources:
+            raise ValueError(f"archs.json: {where} cites unknown source {key!r}")
+
     caps: list[Capability] = []
     for entry in raw["capabilities"]:
         major, minor = _parse_cc(entry["cc"])
-        if entry["source"] not in sources:
-            raise ValueError(f"archs.json: {entry['cc']} cites unknown source {entry['source']!r}")
+        check_source(entry["cc"], entry["source"])
+        for extra in entry.get("see_also", ()):
+            check_source(entry["cc"], extra)
         for variant in entry["variants"]:
             if variant not in VARIANT_ORDER:
                 raise ValueError(f"archs.json: {entry['cc']} has unknown variant {variant!r}")
+        if "" not in entry["variants"]:
+            raise ValueError(f"archs.json: {entry['cc']} lacks the baseline variant")
+        if any(cap.cc == (major, minor) for cap in caps):
+            raise ValueError(f"archs.json: {entry['cc']} is listed twice")
         caps.append(
             Capability(
                 major=major,
                 minor=minor,
                 codename=entry["codename"],
-                variants=tuple(entry["variants"]),
+                variants=tuple(sorted(entry["variants"], key=VARIANT_ORDER.__getitem__)),
                 family=entry.get("family"),
                 products=tuple(entry.get("products", ())),
                 former_names=tuple(entry.get("former_names", ())),
                 limits=dict(entry.get("limits", {})),
                 notes=entry.get("notes", ""),
                 source=entry["source"],
+                see_also=tuple(entry.get("see_also", ())),
             )
         )
+    caps.sort(key=lambda c: c.cc)
+    known = {c.cc for c in caps}
     families = {name: tuple(_parse_cc(m) for m in fam["members"]) for name, fam in raw["families"].items()}
+    for name, fam in raw["families"].items():
+        check_source(f"family {name}", fam["source"])
+        for member in families[name]:
+            if member not in known:
+                raise ValueError(f"archs.json: family {name} lists unknown capability {member}")
+    for cap in caps:
+        if cap.family is not None and cap.cc not in families.get(cap.family, ()):
+            raise ValueError(
+                f"archs.json: {cap.major}.{cap.minor} claims family {cap.family!r}, which does not list it"
+            )
+    torch_raw = raw.get("torch_named_arches", {})
+    if torch_raw:
+        check_source("torch_named_arches", torch_raw["source"])
     universe = tuple(sorted((Arch(c.major, c.minor, v) for c in caps for v in c.variants), key=Arch.sort_key))
-    return ArchData(capabilities=tuple(caps), families=families, sources=sources, universe=universe)
+    return ArchData(
+        capabilities=tuple(caps),
+        families=families,
+        sources=sources,
+        universe=universe,
+        torch_named_arches=dict(torch_raw.get("names", {})),
+        notes=tuple(raw.get("notes", ())),
+    )
 
 
 def universe() -> tuple[Arch, ...]:

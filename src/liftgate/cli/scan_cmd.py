@@ -1,0 +1,168 @@
+"""``liftgate scan``: inventory the gates in sources and evaluate them for target architectures."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from liftgate.model import GateKind
+
+FORMATS = ("table", "json", "sarif", "markdown")
+SHOWS = ("excluded", "admitted", "all")
+FAIL_ON = ("excluded", "unknown", "any")
+
+
+def configure_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "scan",
+        help="find architecture gates and evaluate them for a target",
+        description=(
+            "Find architecture gates in SOURCEs and evaluate them for each --target. A SOURCE is a "
+            "directory, a wheel, an sdist, NAME==VERSION or NAME (fetched from the package index into "
+            "the cache, never installed), or env:PATH. Without a SOURCE, the current environment (or "
+            "--env) is scanned."
+        ),
+        epilog="Exit codes: 0 nothing matching --fail-on, 1 gates matching --fail-on, 2 usage or environment error.",
+    )
+    p.add_argument("sources", nargs="*", metavar="SOURCE")
+    p.add_argument(
+        "-t",
+        "--target",
+        action="append",
+        default=[],
+        metavar="ARCH",
+        help="target architecture, repeatable (sm_120, sm_120a, 12.0, rtx5090, …); default: the local GPU",
+    )
+    p.add_argument("--env", metavar="PATH", help="scan another environment (a virtualenv or prefix)")
+    p.add_argument("-f", "--format", choices=FORMATS, default="table", help="output format (default: table)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument(
+        "--show",
+        choices=SHOWS,
+        default="excluded",
+        help="which gates to list (default: those excluding a target)",
+    )
+    p.add_argument(
+        "--kind",
+        action="append",
+        choices=[k.value for k in GateKind],
+        help="only gates of this kind (repeatable)",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=FAIL_ON,
+        help="exit 1 if a listed gate excludes a target (excluded), is unknown for one (unknown), or either (any)",
+    )
+    p.add_argument(
+        "--cuda-version", metavar="X.Y", help="toolkit version assumed for CUDART_VERSION-style conditions"
+    )
+    p.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: CPU count)")
+    p.add_argument("--no-cache", action="store_true", help="ignore and do not update the scan cache")
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="cache directory (default: the user cache dir; $LIFTGATE_CACHE_DIR)",
+    )
+    p.add_argument(
+        "--offline", action="store_true", help="never contact the package index; use the cache only"
+    )
+    p.add_argument(
+        "--max-file-size", type=int, metavar="MB", default=16, help="skip source files larger than this"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="evidence, dependencies and skipped files in the table"
+    )
+    p.set_defaults(run=run)
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"liftgate: error: {message}\n")
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from liftgate.arch.core import Arch
+    from liftgate.arch.parse import UnknownArchError, parse_target
+    from liftgate.cli.progress import make_observer
+    from liftgate.model import Status, Target
+    from liftgate.report import OutputFormat, RenderOptions, Show, render, select_gates, summary_line
+    from liftgate.scan import parse_cuda_version, scan
+    from liftgate.sources.interface import SourceError
+
+    targets: list[Target] = []
+    try:
+        for spelling in args.target:
+            for item in (s for s in spelling.split(",") if s.strip()):
+                targets.append(Target(item.strip(), parse_target(item.strip())))
+    except UnknownArchError as exc:
+        return _error(str(exc))
+    if not targets:
+        from liftgate.arch.nvml import NoGpuError, detect_local_archs
+
+        try:
+            local: list[Arch] = detect_local_archs()
+        except NoGpuError as exc:
+            return _error(str(exc))
+        targets = [Target(f"local GPU ({a.name})", a) for a in local]
+    cuda_version = None
+    if args.cuda_version:
+        try:
+            cuda_version = parse_cuda_version(args.cuda_version)
+        except ValueError as exc:
+            return _error(str(exc))
+    if args.jobs is not None and args.jobs < 1:
+        return _error("--jobs must be at least 1")
+    observer = make_observer(args.quiet)
+    try:
+        report = scan(
+            args.sources,
+            targets,
+            env=args.env,
+            cuda_version=cuda_version,
+            jobs=args.jobs,
+            use_cache=not args.no_cache,
+            cache_dir=args.cache_dir,
+            max_file_size=args.max_file_size * 1024 * 1024,
+            offline=args.offline,
+            observer=observer,
+        )
+    except SourceError as exc:
+        return _error(str(exc))
+    finally:
+        observer.finish()
+    fmt = OutputFormat(args.format)
+    to_terminal = args.output is None and sys.stdout.isatty()
+    options = RenderOptions(
+        show=Show(args.show),
+        kinds=frozenset(GateKind(k) for k in args.kind) if args.kind else None,
+        color=to_terminal and "NO_COLOR" not in os.environ,
+        width=None,
+        verbose=args.verbose,
+    )
+    text = render(report, fmt, options)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            return _error(f"cannot write {args.output}: {exc.strerror or exc}")
+    else:
+        sys.stdout.write(text)
+        if text and not text.endswith("\n"):
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+    if not args.quiet:
+        sys.stderr.write(summary_line(report) + "\n")
+    if args.fail_on:
+        wanted = {
+            "excluded": {Status.EXCLUDED},
+            "unknown": {Status.UNKNOWN},
+            "any": {Status.EXCLUDED, Status.UNKNOWN},
+        }[args.fail_on]
+        for gate in select_gates(report, options):
+            if any(gate.status(t.arch) in wanted for t in report.targets):
+                return 1
+    return 0

@@ -1,0 +1,698 @@
+"""The CUDA/C++ preprocessor detector: ``#if`` gates on the target architecture.
+
+A file is walked once while simulating every compilation pass at the same time — one *lane*
+per known target (sm_70 … sm_121f) plus the host pass. Each lane has its own macro table
+(nvcc's predefined macros differ per pass; ``#define``s under arch conditions make *derived*
+macros such as CUTLASS's ``CUTLASS_ARCH_MMA_SM90A_ENABLED`` differ too), and every condition
+is evaluated in three-valued logic in every lane. A conditional whose value differs across
+device lanes is a gate.
+
+Macros defined in headers of the same package reach a file through ``#include "…"`` and
+``#include <…>``; each header's effect is computed once (from a clean state) and merged under
+the conditions in force at the include. A macro that is never defined in the translation
+unit as far as liftgate can see is *unknown* (the build may pass ``-D``), not undefined.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cache
+
+from liftgate.arch.core import TOOLKIT_MACROS, ArchSet, universe
+from liftgate.detect.cpp_lex import CONDITIONAL_KEYWORDS, LexedFile, lex_directives
+from liftgate.detect.ppexpr import (
+    UNKNOWN_MACRO,
+    UNKNOWN_TOKEN,
+    ExprError,
+    Lookup,
+    MacroDef,
+    MacroEntry,
+    MacroExpander,
+    evaluate,
+    parse_define,
+    tokenize,
+)
+from liftgate.model import (
+    Confidence,
+    ElseKind,
+    Evidence,
+    Gate,
+    GateKind,
+    Location,
+    Skip,
+    Span,
+    Truth,
+    gate_id,
+)
+
+CUDA_EXTENSIONS = frozenset(
+    {".cu", ".cuh", ".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx", ".inl", ".c", ".hxx", ".inc"}
+)
+
+T, F, U = True, False, None
+Tri = bool | None
+Vec = tuple[Tri, ...]
+# A macro's state across lanes: one entry for all lanes, or a tuple with one entry per lane.
+Stored = MacroEntry | tuple[MacroEntry, ...]
+
+
+@cache
+def lane_count() -> int:
+    return len(universe()) + 1  # device lanes, then the host pass
+
+
+def host_lane() -> int:
+    return lane_count() - 1
+
+
+def _all(vec: Vec, value: Tri) -> bool:
+    return all(v is value for v in vec)
+
+
+def _and(a: Vec, b: Vec) -> Vec:
+    return tuple(
+        F if (x is F or y is F) else (T if (x is T and y is T) else U) for x, y in zip(a, b, strict=True)
+    )
+
+
+def _or(a: Vec, b: Vec) -> Vec:
+    return tuple(
+        T if (x is T or y is T) else (F if (x is F and y is F) else U) for x, y in zip(a, b, strict=True)
+    )
+
+
+def _not(a: Vec) -> Vec:
+    return tuple(U if x is U else (not x) for x in a)
+
+
+_KIND_CACHE: dict[Vec, Tri] = {}
+
+
+def _kind(vec: Vec) -> Tri:
+    """T when every lane is true, F when every lane is false, U when mixed (memoised: few distinct vectors)."""
+    kind = _KIND_CACHE.get(vec, 0)
+    if kind == 0:
+        kind = T if _all(vec, T) else (F if _all(vec, F) else U)
+        if len(_KIND_CACHE) < 4096:
+            _KIND_CACHE[vec] = kind
+    return kind  # type: ignore[return-value]
+
+
+def _device_uniform(vec: Vec) -> bool:
+    first = vec[0]
+    return all(v is first for v in vec[:-1])
+
+
+def _vec_to_sets(vec: Vec) -> tuple[ArchSet, ArchSet]:
+    admitted = unknown = 0
+    for i, v in enumerate(vec[:-1]):
+        if v is T:
+            admitted |= 1 << i
+        elif v is U:
+            unknown |= 1 << i
+    return ArchSet.from_mask(admitted), ArchSet.from_mask(unknown)
+
+
+def _truth(v: Tri) -> Truth:
+    return Truth.UNKNOWN if v is U else (Truth.TRUE if v else Truth.FALSE)
+
+
+@cache
+def builtin_macros(cuda_version: tuple[int, int]) -> dict[str, Stored]:
+    """nvcc's predefined macros per lane (see `liftgate.arch.core.nvcc_macros`), as stored entries."""
+    from liftgate.arch.core import nvcc_macros
+
+    lanes = [*universe(), None]
+    per_lane = [nvcc_macros(arch, cuda_version) for arch in lanes]
+    names = sorted({name for macros in per_lane for name in macros})
+    defs: dict[tuple[str, int], MacroDef] = {}
+
+    def make(name: str, value: int) -> MacroDef:
+        key = (name, value)
+        if key not in defs:
+            defs[key] = MacroDef(name, None, False, (str(value),), None, None, "predefined by nvcc")
+        return defs[key]
+
+    table: dict[str, Stored] = {}
+    for name in names:
+        entries: list[MacroEntry] = [make(name, m[name]) if name in m else None for m in per_lane]
+        if name == "__CUDA_ARCH_LIST__":
+            entries[-1] = UNKNOWN_MACRO  # the host pass sees the whole build's list
+        table[name] = entries[0] if all(e is entries[0] for e in entries) else tuple(entries)
+    table["__CUDACC_VER_BUILD__"] = UNKNOWN_MACRO
+    table["__cplusplus"] = MacroDef(
+        "__cplusplus", None, False, ("201703L",), None, None, "nvcc default -std=c++17"
+    )
+    # From crt/host_defines.h, included by every nvcc translation unit.
+    table["__CUDA_ARCH_HAS_FEATURE__"] = parse_define(
+        "__CUDA_ARCH_HAS_FEATURE__(_FEAT) __CUDA_ARCH_FEAT_##_FEAT"
+    )
+    return table
+
+
+_CXX_LITERALS = frozenset({"true", "false", "and", "or", "not", "bitand", "bitor", "xor", "compl", "not_eq"})
+
+
+def _arch_builtin_name(name: str) -> bool:
+    """nvcc defines these per target; any spelling it does not define for a target is undefined there."""
+    return name.startswith("__CUDA_ARCH")
+
+
+@dataclass
+class Branch:
+    keyword: str
+    text: str
+    line: int
+    end_line: int
+    effective: Vec
+    draft: _Draft | None = None
+    error: bool = False
+
+
+@dataclass
+class _Draft:
+    id: str
+    norm: str
+    condition: str
+    keyword: str
+    admitted: ArchSet
+    unknown: ArchSet
+    host: Truth
+    evidence: tuple[Evidence, ...]
+    depends_on: tuple[str, ...]
+    enclosing: tuple[str, ...]
+
+
+@dataclass
+class Frame:
+    line: int
+    parent: Vec
+    taken: Vec
+    active: Vec
+    branches: list[Branch] = field(default_factory=list)
+    seen_else: bool = False
+
+
+class Unbalanced(Exception):
+    pass
+
+
+HeaderSource = Callable[[str], "LexedFile | None"]
+IncludeResolver = Callable[[str, str, bool], "str | None"]
+
+
+class Walker:
+    """Walk one file's directives across every lane. Collects gates only when asked to."""
+
+    def __init__(
+        self,
+        path: str,
+        lexed: LexedFile,
+        *,
+        cuda_version: tuple[int, int],
+        resolve_include: IncludeResolver,
+        header_export: Callable[[str], dict[str, Stored]],
+        collect_gates: bool,
+        package: str = "",
+        version: str | None = None,
+    ) -> None:
+        self.path = path
+        self.lexed = lexed
+        self.cuda_version = cuda_version
+        self.resolve_include = resolve_include
+        self.header_export = header_export
+        self.collect_gates = collect_gates
+        self.package = package
+        self.version = version
+        self.builtins = builtin_macros(cuda_version)
+        self.table: dict[str, Stored] = {}
+        self.local_names = frozenset(
+            d.text.split("(", 1)[0].split()[0]
+            for d in lexed.directives
+            if d.keyword == "define" and d.text.split()
+        )
+        n = lane_count()
+        self.n = n
+        self.all_true: Vec = (T,) * n
+        self.stack: list[Frame] = []
+        self.gates: list[Gate] = []
+        self.skips: list[Skip] = []
+        self.occurrences: dict[tuple[str, tuple[str, ...]], int] = {}
+
+    # -- macro state -------------------------------------------------------
+    def fallback(self, name: str) -> Stored:
+        if name in self.builtins:
+            return self.builtins[name]
+        if _arch_builtin_name(name) or name in self.local_names or name in _CXX_LITERALS:
+            return None
+        return UNKNOWN_MACRO
+
+    def stored(self, name: str) -> Stored:
+        if name in self.table:
+            return self.table[name]
+        return self.fallback(name)
+
+    def entry(self, name: str, lane: int) -> MacroEntry:
+        value = self.stored(name)
+        return value[lane] if isinstance(value, tuple) else value
+
+    def _set(self, name: str, new: Stored, active: Vec) -> None:
+        kind = _kind(active)
+        if kind is T:
+            self.table[name] = new
+            return
+        if kind is F:
+            return
+        current = self.stored(name)
+        if current is new:
+            return
+        if not isinstance(current, tuple) and not isinstance(new, tuple):
+            same = isinstance(current, MacroDef) and current.same_as(new)
+            if same:
+                return
+            entries = [new if a is T else (current if a is F else UNKNOWN_MACRO) for a in active]
+        else:
+            entries = []
+            for lane, a in enumerate(active):
+                cur = current[lane] if isinstance(current, tuple) else current
+                nxt = new[lane] if isinstance(new, tuple) else new
+                if a is T:
+                    entries.append(nxt)
+                elif a is F:
+                    entries.append(cur)
+                else:
+                    same = cur is nxt or (isinstance(cur, MacroDef) and cur.same_as(nxt))
+                    entries.append(cur if same else UNKNOWN_MACRO)
+        first = entries[0]
+        self.table[name] = first if all(e is first for e in entries) else tuple(entries)
+
+    # -- evaluation --------------------------------------------------------
+    def eval_vec(self, tokens: list[str]) -> tuple[Vec, set[str], str | None]:
+        """The condition's value in every lane, the names it touched, and an error if it is malformed.
+
+        Lanes whose entries agree on every lane-varying macro an evaluation touched share its
+        result, so a condition is evaluated once per distinct macro state, not once per lane.
+        """
+        results: list[Tri] = [U] * self.n
+        varying: list[tuple[MacroEntry, ...]] = []  # lane-varying stored values touched so far
+        varying_ids: set[int] = set()
+        evaluated: list[int] = []
+        by_key: dict[tuple[int, ...], Tri] = {}
+        touched: set[str] = set()
+        error: str | None = None
+        for lane in range(self.n):
+            if varying:
+                key = tuple(id(v[lane]) for v in varying)
+                if key in by_key:
+                    results[lane] = by_key[key]
+                    continue
+            seen = Lookup()
+            expander = MacroExpander(lambda nm, lane=lane: self.entry(nm, lane), seen)  # type: ignore[misc]
+            expanded: list[str] = []
+            try:
+                expanded = expander.expand(tokens)
+                value = evaluate(expanded)
+            except ExprError as exc:
+                value = U
+                # A malformed result built from macros liftgate cannot see is just unknown.
+                if UNKNOWN_TOKEN not in expanded:
+                    error = str(exc)
+            results[lane] = value
+            evaluated.append(lane)
+            touched |= seen.names
+            grew = False
+            for stored in map(self.stored, seen.names):
+                if isinstance(stored, tuple) and id(stored) not in varying_ids:
+                    varying_ids.add(id(stored))
+                    varying.append(stored)
+                    grew = True
+            if not varying:
+                return (value,) * self.n, touched, error
+            if grew:  # a finer key is still sound: rebuild it for the lanes evaluated so far
+                by_key = {tuple(id(v[k]) for v in varying): results[k] for k in evaluated}
+            else:
+                by_key[tuple(id(v[lane]) for v in varying)] = value
+        return tuple(results), touched, error
+
+    def defined_vec(self, name: str) -> Vec:
+        out: list[Tri] = []
+        for lane in range(self.n):
+            e = self.entry(name, lane)
+            out.append(U if e is UNKNOWN_MACRO else e is not None)
+        return tuple(out)
+
+    # -- walking -----------------------------------------------------------
+    def active(self) -> Vec:
+        return self.stack[-1].active if self.stack else self.all_true
+
+    def run(self) -> None:
+        for d in self.lexed.directives:
+            kw = d.keyword
+            if kw in CONDITIONAL_KEYWORDS:
+                self._conditional(d.keyword, d.text, d.line, d.end_line)
+            elif kw == "else":
+                self._else(d.line, d.end_line)
+            elif kw == "endif":
+                self._endif(d.line)
+            elif kw == "define":
+                self._define(d.text, d.line)
+            elif kw == "undef":
+                name = d.text.split()[0] if d.text.split() else ""
+                if name:
+                    self._set(name, None, self.active())
+            elif kw == "include":
+                self._include(d.text)
+            elif kw == "error" and self.stack:
+                self.stack[-1].branches[-1].error = True
+        if self.stack:
+            raise Unbalanced(f"#{'if'} at line {self.stack[-1].line} has no matching #endif")
+
+    def _condition(self, keyword: str, text: str) -> tuple[Vec, set[str], str | None, list[str]]:
+        if keyword in ("ifdef", "ifndef", "elifdef", "elifndef"):
+            name = text.split()[0] if text.split() else ""
+            if not name:
+                return (U,) * self.n, set(), f"#{keyword} without a macro name", []
+            vec = self.defined_vec(name)
+            if keyword.endswith("ndef"):
+                vec = _not(vec)
+            return vec, {name}, None, [name]
+        try:
+            tokens = tokenize(text)
+        except ExprError as exc:
+            return (U,) * self.n, set(), str(exc), []
+        if not tokens:
+            return (U,) * self.n, set(), f"#{keyword} with no expression", []
+        vec, touched, error = self.eval_vec(tokens)
+        return vec, touched, error, tokens
+
+    def _conditional(self, keyword: str, text: str, line: int, end_line: int) -> None:
+        vec, touched, error, tokens = self._condition(keyword, text)
+        if keyword.startswith("if"):
+            parent = self.active()
+            frame = Frame(line=line, parent=parent, taken=(F,) * self.n, active=parent)
+            self.stack.append(frame)
+            effective = vec
+        else:
+            if not self.stack:
+                raise Unbalanced(f"#{keyword} at line {line} has no matching #if")
+            frame = self.stack[-1]
+            if frame.seen_else:
+                raise Unbalanced(f"#{keyword} at line {line} follows #else")
+            effective = _and(_not(frame.taken), vec)
+        frame.taken = _or(frame.taken, vec)
+        frame.active = _and(frame.parent, effective)
+        branch = Branch(keyword, text, line, end_line, effective)
+        frame.branches.append(branch)
+        if error and any(_arch_builtin_name(n) or isinstance(self.stored(n), tuple) for n in touched):
+            self.skips.append(
+                Skip(f"{self.path}:{line}", f"cannot evaluate #{keyword} {text}: {error}", self.package)
+            )
+        if self.collect_gates and not _device_uniform(effective) and not _all(frame.parent, F):
+            branch.draft = self._draft(keyword, text, tokens, effective, touched)
+
+    def _draft(self, keyword: str, text: str, tokens: list[str], effective: Vec, touched: set[str]) -> _Draft:
+        norm = f"#{keyword} " + (" ".join(tokens) if tokens else text)
+        enclosing = [b.draft for f in self.stack[:-1] for b in f.branches[-1:] if b.draft is not None]
+        scope = tuple(d.norm for d in enclosing)
+        key = (norm, scope)
+        occurrence = self.occurrences.get(key, 0)
+        self.occurrences[key] = occurrence + 1
+        admitted, unknown = _vec_to_sets(effective)
+        evidence: list[Evidence] = []
+        depends: list[str] = []
+        for name in sorted(touched):
+            value = self.stored(name)
+            if name in TOOLKIT_MACROS:
+                entry = value[0] if isinstance(value, tuple) else value
+                shown = " ".join(entry.body) if isinstance(entry, MacroDef) else "unknown"
+                depends.append(
+                    f"{name} = {shown} (assumed for CUDA {self.cuda_version[0]}.{self.cuda_version[1]})"
+                )
+            elif value is UNKNOWN_MACRO:
+                depends.append(f"{name} (not defined in this file or its includes; set by the build?)")
+            elif isinstance(value, tuple) and name not in self.builtins:
+                origins: dict[tuple[str | None, int | None, str], None] = {}
+                for e in value:
+                    if isinstance(e, MacroDef):
+                        origins[(e.path, e.line, e.context)] = None
+                for path, line, context in origins:
+                    why = f"under {context}" if context else "unconditionally"
+                    evidence.append(Evidence(f"{name} is defined {why}", path, line))
+                if any(e is UNKNOWN_MACRO for e in value):
+                    depends.append(
+                        f"{name} (defined only under conditions liftgate cannot decide for some targets)"
+                    )
+        condition = " ".join(text.split())
+        return _Draft(
+            id=gate_id(GateKind.CUDA_PP, self.package, self.path, norm, scope, occurrence),
+            norm=norm,
+            condition=condition,
+            keyword=keyword,
+            admitted=admitted,
+            unknown=unknown,
+            host=_truth(effective[-1]),
+            evidence=tuple(evidence),
+            depends_on=tuple(depends),
+            enclosing=tuple(d.id for d in enclosing),
+        )
+
+    def _else(self, line: int, end_line: int) -> None:
+        if not self.stack:
+            raise Unbalanced(f"#else at line {line} has no matching #if")
+        frame = self.stack[-1]
+        if frame.seen_else:
+            raise Unbalanced(f"second #else at line {line}")
+        frame.seen_else = True
+        effective = _not(frame.taken)
+        frame.taken = (T,) * self.n
+        frame.active = _and(frame.parent, effective)
+        previous = " || ".join(_branch_text(b) for b in frame.branches)
+        frame.branches.append(Branch("else", f"!({previous})", line, end_line, effective))
+
+    def _endif(self, line: int) -> None:
+        if not self.stack:
+            raise Unbalanced(f"#endif at line {line} has no matching #if")
+        frame = self.stack.pop()
+        if not self.collect_gates:
+            return
+        branches = frame.branches
+        for k, branch in enumerate(branches):
+            draft = branch.draft
+            if draft is None:
+                continue
+            body_end = (branches[k + 1].line if k + 1 < len(branches) else line) - 1
+            then_span = Span(branch.end_line + 1, body_end) if body_end > branch.end_line else None
+            later = branches[k + 1 :]
+            else_span = Span(later[0].line, line) if later else None
+            else_kind = ElseKind.NONE
+            for j, other in enumerate(later, start=k + 1):
+                stop = (branches[j + 1].line if j + 1 < len(branches) else line) - 1
+                kind = self._region_kind(other, stop)
+                if kind is ElseKind.ERROR:
+                    else_kind = ElseKind.ERROR
+                    break
+                if kind is ElseKind.FALLBACK:
+                    else_kind = ElseKind.FALLBACK
+            self.gates.append(
+                Gate(
+                    id=draft.id,
+                    kind=GateKind.CUDA_PP,
+                    location=Location(
+                        self.package, self.version, self.path, Span(branch.line, branch.end_line)
+                    ),
+                    condition=draft.condition,
+                    admitted=draft.admitted,
+                    unknown=draft.unknown,
+                    host=draft.host,
+                    then_span=then_span,
+                    else_span=else_span,
+                    else_kind=else_kind,
+                    confidence=Confidence.EXACT,
+                    evidence=draft.evidence,
+                    depends_on=draft.depends_on,
+                    directive=f"#{draft.keyword}",
+                    enclosing=draft.enclosing,
+                )
+            )
+
+    def _region_kind(self, branch: Branch, stop: int) -> ElseKind:
+        if branch.error:
+            return ElseKind.ERROR
+        code = [
+            ln.strip()
+            for ln in self.lexed.lines[branch.end_line : max(stop, branch.end_line)]
+            if ln.strip() and not ln.lstrip().startswith("#")
+        ]
+        if not code:
+            return ElseKind.NONE
+        joined = " ".join(code)
+        if joined.startswith("static_assert") and joined.count(";") == joined.count("static_assert"):
+            return ElseKind.ERROR
+        return ElseKind.FALLBACK
+
+    def _define(self, text: str, line: int) -> None:
+        active = self.active()
+        if _kind(active) is F:
+            return
+        context = " && ".join(
+            _branch_text(b) for f in self.stack for b in f.branches[-1:] if not _device_uniform(b.effective)
+        )
+        try:
+            macro = parse_define(text, self.path, line, context)
+        except ExprError:
+            return
+        self._set(macro.name, macro, active)
+
+    def _include(self, text: str) -> None:
+        active = self.active()
+        if _kind(active) is F:
+            return
+        text = text.strip()
+        if not text or text[0] not in '<"':
+            return  # a computed include; liftgate does not expand those
+        close = text.find(">" if text[0] == "<" else '"', 1)
+        if close < 0:
+            return
+        name = text[1:close]
+        target = self.resolve_include(self.path, name, text[0] == "<")
+        if target is None:
+            return
+        export = self.header_export(target)
+        if _kind(active) is T:
+            self.table.update(export)
+            return
+        for macro, stored in export.items():
+            self._set(macro, stored, active)
+
+
+def _branch_text(branch: Branch) -> str:
+    if branch.keyword in ("ifdef", "elifdef"):
+        return f"defined({branch.text.split()[0]})"
+    if branch.keyword in ("ifndef", "elifndef"):
+        return f"!defined({branch.text.split()[0]})"
+    if branch.keyword == "else":
+        return branch.text
+    return f"({' '.join(branch.text.split())})"
+
+
+@dataclass
+class FileAnalysis:
+    gates: list[Gate]
+    skips: list[Skip]
+    derived: frozenset[str]
+
+
+class IncludeIndex:
+    """Resolves ``#include`` names to files of the same package (relative, then by path suffix)."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.paths = set(paths)
+        self.by_base: dict[str, list[str]] = {}
+        for p in self.paths:
+            self.by_base.setdefault(posixpath.basename(p), []).append(p)
+
+    def resolve(self, including: str, name: str, angle: bool) -> str | None:
+        name = name.strip()
+        if not name or name.startswith("/"):
+            return None
+        if not angle:
+            candidate = posixpath.normpath(posixpath.join(posixpath.dirname(including), name))
+            if candidate in self.paths:
+                return candidate
+        bucket = self.by_base.get(posixpath.basename(name))
+        if not bucket:
+            return None
+        norm = posixpath.normpath(name)
+        suffix = "/" + norm
+        matches = [p for p in bucket if p == norm or p.endswith(suffix)]
+        if not matches:
+            return None
+        if len(matches) == 1:
+            return matches[0]
+
+        def closeness(p: str) -> tuple[int, int]:
+            common = posixpath.commonpath([p, including]) if "/" in including else ""
+            return (-len(common), len(p))
+
+        return min(matches, key=closeness)
+
+
+class PackageAnalyzer:
+    """Analyses files of one package; caches lexed headers and their macro exports."""
+
+    def __init__(
+        self,
+        package: str,
+        version: str | None,
+        read_text: Callable[[str], str | None],
+        paths: Iterable[str],
+        cuda_version: tuple[int, int],
+    ) -> None:
+        self.package = package
+        self.version = version
+        self.read_text = read_text
+        self.index = IncludeIndex(paths)
+        self.cuda_version = cuda_version
+        self._lexed: dict[str, LexedFile | None] = {}
+        self._exports: dict[str, dict[str, Stored]] = {}
+        self._in_progress: set[str] = set()
+
+    def lexed(self, path: str) -> LexedFile | None:
+        if path not in self._lexed:
+            text = self.read_text(path)
+            self._lexed[path] = None if text is None else lex_directives(text)
+        return self._lexed[path]
+
+    def export(self, path: str) -> dict[str, Stored]:
+        if path in self._exports:
+            return self._exports[path]
+        if path in self._in_progress:
+            return {}  # an include cycle; the guard macros would stop a compiler here too
+        lexed = self.lexed(path)
+        if lexed is None:
+            self._exports[path] = {}
+            return {}
+        self._in_progress.add(path)
+        try:
+            walker = self._walker(path, lexed, collect_gates=False)
+            with contextlib.suppress(Unbalanced):
+                walker.run()
+            self._exports[path] = walker.table
+        finally:
+            self._in_progress.discard(path)
+        return self._exports[path]
+
+    def _walker(self, path: str, lexed: LexedFile, collect_gates: bool) -> Walker:
+        return Walker(
+            path,
+            lexed,
+            cuda_version=self.cuda_version,
+            resolve_include=self.index.resolve,
+            header_export=self.export,
+            collect_gates=collect_gates,
+            package=self.package,
+            version=self.version,
+        )
+
+    def analyze(self, path: str, text: str) -> FileAnalysis:
+        lexed = lex_directives(text)
+        self._lexed.setdefault(path, lexed)
+        walker = self._walker(path, lexed, collect_gates=True)
+        self._in_progress.add(path)
+        try:
+            walker.run()
+        except Unbalanced as exc:
+            return FileAnalysis(
+                [], [Skip(path, f"unbalanced conditionals: {exc}", self.package)], frozenset()
+            )
+        finally:
+            self._in_progress.discard(path)
+        derived = frozenset(
+            name
+            for name, stored in walker.table.items()
+            if isinstance(stored, tuple) and any(isinstance(e, MacroDef) and e.path == path for e in stored)
+        )
+        return FileAnalysis(walker.gates, walker.skips, derived)

@@ -1,0 +1,109 @@
+"""JSON output: the whole report as one versioned document for scripts and CI.
+
+The document follows ``liftgate/data/report.schema.json`` (JSON Schema draft 2020-12), which the
+test suite validates every output against. The schema forbids unknown fields, so
+``schema_version`` changes whenever a field is added, removed or changes meaning. The ``gates``
+array holds the gates the render options select (recorded in ``selection``); ``summary`` always
+counts the whole scan."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import liftgate
+from liftgate.model import Evidence, Gate, GateKind, Report, Skip, Span
+from liftgate.report.interface import RenderOptions
+from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
+from liftgate.report.summary import target_counts
+
+SCHEMA_VERSION = "1"
+SCHEMA_RESOURCE = "report.schema.json"
+
+
+def load_schema() -> dict[str, Any]:
+    """The committed JSON Schema of this output."""
+    schema: dict[str, Any] = json.loads(
+        resources.files("liftgate.data").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
+    )
+    return schema
+
+
+def _span(span: Span | None) -> dict[str, int] | None:
+    return None if span is None else {"start": span.start, "end": span.end}
+
+
+def _evidence(evidence: Evidence) -> dict[str, Any]:
+    return {"text": evidence.text, "path": evidence.path, "line": evidence.line}
+
+
+def gate_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
+    """One gate as the schema's ``gate`` object, with its status for each distinct target."""
+    loc = gate.location
+    return {
+        "id": gate.id,
+        "kind": gate.kind.value,
+        "package": loc.package,
+        "version": loc.version,
+        "path": loc.path,
+        "line": loc.span.start,
+        "end_line": loc.span.end,
+        "directive": gate.directive,
+        "condition": gate.condition,
+        "admitted": gate.admitted.names(),
+        "unknown": gate.unknown.names(),
+        "admitted_compact": gate.admitted.render(),
+        "host": None if gate.host is None else gate.host.value,
+        "then_span": _span(gate.then_span),
+        "else_span": _span(gate.else_span),
+        "else_kind": gate.else_kind.value,
+        "confidence": gate.confidence.value,
+        "evidence": [_evidence(item) for item in gate.evidence],
+        "depends_on": list(gate.depends_on),
+        "enclosing": list(gate.enclosing),
+        "status": {target.arch.name: gate.status(target.arch).value for target in distinct_targets(report)},
+    }
+
+
+def _skip(skip: Skip) -> dict[str, Any]:
+    return {"path": skip.path, "package": skip.package, "reason": skip.reason}
+
+
+def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
+    """The report as plain JSON-ready data, ordered deterministically (package, path, line)."""
+    counts = target_counts(report)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "liftgate", "version": liftgate.__version__},
+        "cuda_version": "{}.{}".format(*report.cuda_version),
+        "targets": [{"spelling": t.spelling, "arch": t.arch.name} for t in report.targets],
+        "packages": [
+            {"name": p.name, "version": p.version, "origin": p.origin, "files": p.files}
+            for p in sorted(report.packages, key=lambda p: (p.name, p.version or "", p.origin))
+        ],
+        "selection": {
+            "show": options.show.value,
+            "kinds": None if options.kinds is None else [k.value for k in GateKind if k in options.kinds],
+        },
+        "summary": {
+            "files_scanned": report.files_scanned,
+            "files_skipped": len(report.skips),
+            "gates": len(report.gates),
+            "targets": {
+                arch_name: {"excluded": c.excluded, "admitted": c.admitted, "unknown": c.unknown}
+                for arch_name, c in counts.items()
+            },
+            "elapsed_s": round(report.elapsed_s, 3),
+        },
+        "gates": [gate_to_dict(gate, report) for gate in select_gates(report, options)],
+        "skips": [_skip(skip) for skip in sorted(report.skips, key=skip_sort_key)],
+        "notes": list(report.notes),
+    }
+
+
+class JsonFormatter:
+    """``--format json``."""
+
+    def format(self, report: Report, options: RenderOptions) -> str:
+        return json.dumps(report_to_dict(report, options), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,120 @@
+"""Which gates a report shows, in which order, and the small texts every formatter shares.
+
+`select_gates` is the one place where `Show` and ``kinds`` are interpreted, so the table, JSON,
+SARIF and Markdown outputs of one scan always list the same gates in the same order
+(package, path, line). The helpers below keep labels such as ``rtx5090 (sm_120)`` and the
+compact admitted set identical across formats.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from liftgate.model import Gate, GateKind, Report, Skip, Status, Target
+from liftgate.report.interface import RenderOptions, Show
+
+
+def gate_sort_key(gate: Gate) -> tuple[str, str, str, int, int, str]:
+    """Deterministic report order: package, version, path, line, then id for gates on one line."""
+    loc = gate.location
+    return (loc.package, loc.version or "", loc.path, loc.span.start, loc.span.end, gate.id)
+
+
+def skip_sort_key(skip: Skip) -> tuple[str, str, str]:
+    return (skip.package or "", skip.path, skip.reason)
+
+
+def distinct_targets(report: Report) -> tuple[Target, ...]:
+    """The report's targets with repeated archs dropped (``rtx5090`` and ``sm_120`` are one column)."""
+    seen: set[str] = set()
+    targets: list[Target] = []
+    for target in report.targets:
+        if target.arch.name not in seen:
+            seen.add(target.arch.name)
+            targets.append(target)
+    return tuple(targets)
+
+
+def target_label(target: Target) -> str:
+    """``rtx5090 (sm_120)`` when the user spelled the target differently from its arch, else ``sm_120``."""
+    if target.spelling == target.arch.name:
+        return target.arch.name
+    return f"{target.spelling} ({target.arch.name})"
+
+
+def statuses(gate: Gate, targets: Iterable[Target]) -> list[Status]:
+    return [gate.status(target.arch) for target in targets]
+
+
+def _shown(gate: Gate, targets: tuple[Target, ...], show: Show) -> bool:
+    if show is Show.ALL or not targets:
+        # Without a target there is nothing to be excluded from: every gate is worth listing.
+        return True
+    per_target = statuses(gate, targets)
+    if show is Show.EXCLUDED:
+        return any(status is not Status.ADMITTED for status in per_target)
+    return all(status is Status.ADMITTED for status in per_target)
+
+
+def select_gates(report: Report, options: RenderOptions) -> list[Gate]:
+    """The gates to show, in report order.
+
+    ``Show.EXCLUDED`` keeps gates that are excluded or unknown for at least one target,
+    ``Show.ADMITTED`` those admitted for every target, ``Show.ALL`` everything; ``options.kinds``
+    then narrows by gate kind. A report without targets shows every gate of the chosen kinds.
+    """
+    targets = distinct_targets(report)
+    return sorted(
+        (
+            gate
+            for gate in report.gates
+            if (options.kinds is None or gate.kind in options.kinds) and _shown(gate, targets, options.show)
+        ),
+        key=gate_sort_key,
+    )
+
+
+# The "; not sm_120+" that `ArchSet.render` appends when a set stops before the newest arch.
+_OPEN_END = re.compile(r"; not \S+\+$")
+
+
+def admits_text(gate: Gate) -> str:
+    """The compact admitted set, with the part liftgate cannot decide marked: ``sm_90a + unknown: sm_100a``.
+
+    Each part loses its own ``; not sm_XX+`` (the admitted part's would deny the unknown part and
+    vice versa); the combined text ends with the one of the union, if any.
+    """
+    if not gate.unknown:
+        return gate.admitted.render()
+    unknown = f"unknown: {_OPEN_END.sub('', gate.unknown.render())}"
+    text = f"{_OPEN_END.sub('', gate.admitted.render())} + {unknown}" if gate.admitted else unknown
+    open_end = _OPEN_END.search((gate.admitted | gate.unknown).render())
+    return text + (open_end.group(0) if open_end else "")
+
+
+def condition_text(gate: Gate) -> str:
+    """The condition as written, with its directive: ``#ifdef CUTLASS_ARCH_MMA_SM90A_ENABLED``, on one line."""
+    condition = one_line(gate.condition)
+    if gate.directive and not condition.startswith(gate.directive):
+        return f"{gate.directive} {condition}"
+    return condition
+
+
+def one_line(text: str) -> str:
+    """A condition on one line: continuation backslashes and runs of whitespace become one space."""
+    return " ".join(text.replace("\\\n", " ").split())
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 file``, ``1,992 files``."""
+    word = singular if count == 1 else (plural_form or f"{singular}s")
+    return f"{count:,} {word}"
+
+
+def kinds_text(kinds: frozenset[GateKind] | None) -> str:
+    """``cuda-pp or py-runtime `` for a kind filter (trailing space included), empty for no filter."""
+    if kinds is None:
+        return ""
+    ordered = [kind.value for kind in GateKind if kind in kinds]
+    return " or ".join(ordered) + " " if ordered else ""

@@ -1,0 +1,220 @@
+"""The terminal table (``--format table``, the default): gates grouped by package, then by file.
+
+One row per gate: line, kind (when the report mixes kinds), condition, the admitted set, what the
+else branch does, one status column per target and the gate id to pass to ``liftgate explain``.
+Column widths are computed once for the whole report so the per-file rows line up. Conditions are
+cut to fit unless ``verbose`` (which also lists evidence, assumptions and skipped files); admitted
+sets wrap but are never cut, since a cut set would be a wrong answer. Every cell is a
+`rich.text.Text`, never markup: ``get_device_capability()[0]`` must print as written.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+from rich.console import Console, OverflowMethod
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from liftgate.model import Confidence, Gate, Report, Status, Target
+from liftgate.report.interface import RenderOptions
+from liftgate.report.select import (
+    admits_text,
+    condition_text,
+    distinct_targets,
+    select_gates,
+    skip_sort_key,
+    target_label,
+)
+from liftgate.report.summary import nothing_selected
+
+DEFAULT_WIDTH = 120
+FILE_INDENT = 2
+TABLE_INDENT = 4
+COLUMN_GAP = 1  # one space between columns (rich's collapsed padding)
+MIN_CONDITION = 10
+MIN_ADMITS = 13  # "sm_100–sm_121" on one line
+
+_ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
+_TRAILING_BLANKS = re.compile(r"(?:\x1b\[[0-9;]*m| )+$", re.MULTILINE)
+
+STATUS_STYLE = {Status.EXCLUDED: "red", Status.ADMITTED: "green", Status.UNKNOWN: "yellow"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Column widths shared by every per-file table of one report."""
+
+    line: int
+    kind: int | None  # None: a single kind, no column
+    condition: int
+    admits: int
+    else_kind: int
+    targets: tuple[int, ...]
+    gate_id: int
+
+
+def _target_header(target: Target) -> str:
+    """``rtx5090`` over ``(sm_120)``: two short lines leave more room for the condition than one long one."""
+    label = target_label(target)
+    return label.replace(" (", "\n(", 1)
+
+
+def _admits_cell_text(gate: Gate) -> str:
+    # The marker goes first so that cutting a long set to width never hides it.
+    prefix = "(inferred) " if gate.confidence is Confidence.INFERRED else ""
+    return prefix + admits_text(gate)
+
+
+def _layout(gates: Sequence[Gate], targets: Sequence[Target], width: int) -> _Layout:
+    kinds = {gate.kind for gate in gates}
+    line = max(len("line"), *(len(str(g.location.line)) for g in gates))
+    kind = max(len("kind"), *(len(k.value) for k in kinds)) if len(kinds) > 1 else None
+    else_kind = max(len("else"), *(len(g.else_kind.value) for g in gates))
+    target_widths = tuple(max(*map(len, _target_header(t).split("\n")), len("excluded")) for t in targets)
+    gate_id = max(len("id"), *(len(g.id) for g in gates))
+    fixed = [line, else_kind, *target_widths, gate_id] + ([kind] if kind is not None else [])
+    columns = len(fixed) + 2
+    available = width - TABLE_INDENT - sum(fixed) - COLUMN_GAP * (columns - 1)
+    condition_need = max(len("condition"), *(len(condition_text(g)) for g in gates))
+    admits_need = max(len("admits"), *(len(_admits_cell_text(g)) for g in gates))
+    if condition_need + admits_need <= available:
+        condition, admits = condition_need, admits_need
+    else:
+        # The admitted set wraps onto more lines; the condition is cut (its file:line is right there).
+        admits = max(MIN_ADMITS, min(admits_need, max(available - condition_need, available * 2 // 5)))
+        condition = max(MIN_CONDITION, available - admits)
+    return _Layout(line, kind, condition, admits, else_kind, target_widths, gate_id)
+
+
+def _details(gate: Gate) -> list[str]:
+    """The verbose lines under a gate's condition: how it was resolved and what it assumes."""
+    lines = [f"evidence: {item.render()}" for item in gate.evidence]
+    lines += [f"assumes: {assumption}" for assumption in gate.depends_on]
+    if gate.host is not None:
+        lines.append(f"host pass: {gate.host.value}")
+    if gate.enclosing:
+        lines.append(f"inside: {' > '.join(gate.enclosing)}")
+    if gate.confidence is Confidence.INFERRED:
+        lines.append("confidence: inferred from a name, not derived from the code")
+    return lines
+
+
+def _gate_table(
+    gates: Sequence[Gate],
+    targets: Sequence[Target],
+    layout: _Layout,
+    options: RenderOptions,
+    *,
+    header: bool,
+) -> Table:
+    """Rows for ``gates`` (or, with ``header``, just the column headings) in the report-wide layout."""
+    overflow: OverflowMethod = "fold" if options.verbose else "ellipsis"
+    table = Table(
+        box=None,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        show_header=header,
+        header_style="bold",
+        leading=1 if options.verbose else 0,
+    )
+    headings = ["line", *(["kind"] if layout.kind is not None else []), "condition", "admits", "else"]
+    headings += [_target_header(target) for target in targets] + ["id"]
+    height = max(heading.count("\n") for heading in headings)
+    # Pad every heading to the same height so that one-line headings sit on the bottom line.
+    heading_texts = iter(Text("\n" * (height - heading.count("\n")) + heading) for heading in headings)
+    table.add_column(next(heading_texts), width=layout.line, justify="right", no_wrap=True)
+    if layout.kind is not None:
+        table.add_column(next(heading_texts), width=layout.kind, no_wrap=True)
+    table.add_column(
+        next(heading_texts), width=layout.condition, no_wrap=not options.verbose, overflow=overflow
+    )
+    # The admitted set wraps instead of being cut: a cut set would be a wrong answer.
+    table.add_column(next(heading_texts), width=layout.admits, overflow="fold")
+    table.add_column(next(heading_texts), width=layout.else_kind, no_wrap=True)
+    for target_width in layout.targets:
+        table.add_column(next(heading_texts), width=target_width, no_wrap=True)
+    table.add_column(next(heading_texts), width=layout.gate_id, no_wrap=True)
+    for gate in gates:
+        condition = Text(condition_text(gate))
+        if options.verbose:
+            for detail in _details(gate):
+                condition.append("\n")
+                condition.append(detail, style="dim")
+        cells: list[Text] = [Text(str(gate.location.line))]
+        if layout.kind is not None:
+            cells.append(Text(gate.kind.value))
+        cells += [condition, Text(_admits_cell_text(gate)), Text(gate.else_kind.value)]
+        for target in targets:
+            status = gate.status(target.arch)
+            cells.append(Text(status.value, style=STATUS_STYLE[status]))
+        cells.append(Text(gate.id, style="dim"))
+        table.add_row(*cells)
+    return table
+
+
+def _print_skips(console: Console, report: Report, verbose: bool) -> None:
+    if not report.skips:
+        return
+    count = len(report.skips)
+    noun = "file" if count == 1 else "files"
+    if not verbose:
+        console.print(Text(f"{count:,} {noun} not analysed; --verbose lists the reasons", style="dim"))
+        return
+    console.print(Text(f"not analysed ({count:,} {noun}):", style="bold"))
+    for skip in sorted(report.skips, key=skip_sort_key):
+        where = f"{skip.package}: {skip.path}" if skip.package else skip.path
+        console.print(Padding.indent(Text(where, style="cyan", overflow="fold"), FILE_INDENT))
+        console.print(Padding.indent(Text(skip.reason), TABLE_INDENT))
+
+
+class TableFormatter:
+    """``--format table``: what a person reads in a terminal."""
+
+    def format(self, report: Report, options: RenderOptions) -> str:
+        out = io.StringIO()
+        console = Console(
+            file=out,
+            force_terminal=options.color,
+            no_color=not options.color,
+            width=options.width or DEFAULT_WIDTH,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            force_jupyter=False,
+            force_interactive=False,
+        )
+        gates = select_gates(report, options)
+        targets = distinct_targets(report)
+        if not gates:
+            console.print(Text(nothing_selected(report, options)))
+        else:
+            layout = _layout(gates, targets, console.width)
+            versions = {p.name: p.version for p in report.packages}
+            by_package = groupby(gates, key=lambda g: (g.location.package, g.location.version))
+            for index, ((name, version), package_gates) in enumerate(by_package):
+                if index:
+                    console.print()
+                version = version or versions.get(name)
+                console.print(Text(f"{name} {version}" if version else name, style="bold"))
+                # Column headings once per package; the widths are the same in every file's rows.
+                console.print(
+                    Padding.indent(_gate_table([], targets, layout, options, header=True), TABLE_INDENT)
+                )
+                for path, file_gates in groupby(package_gates, key=lambda g: g.location.path):
+                    console.print(Padding.indent(Text(path, style="cyan"), FILE_INDENT))
+                    rows = _gate_table(list(file_gates), targets, layout, options, header=False)
+                    console.print(Padding.indent(rows, TABLE_INDENT))
+        if report.notes or report.skips:
+            console.print()
+        for note in report.notes:
+            console.print(Text(f"note: {note}"))
+        _print_skips(console, report, options.verbose)
+        # rich pads every cell to its column width; trailing blanks only make diffs noisy.
+        return _TRAILING_BLANKS.sub(lambda m: "".join(_ANSI_CODE.findall(m.group(0))), out.getvalue())
