@@ -376,6 +376,7 @@ COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 def atom() -> st.SearchStrategy[str]:
     return st.one_of(
         literal(),
+        literal().map(lambda v: f"-{v}"),  # negative values, where signedness shows
         # The shape of most real gates: an arch macro against a capability number.
         st.tuples(
             st.sampled_from(ARCH_VALUES), st.sampled_from(COMPARISONS), st.sampled_from(ARCH_NUMBERS)
@@ -388,19 +389,45 @@ def atom() -> st.SearchStrategy[str]:
 
 
 def compound(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    # Divisors and shift counts are built so that they can never be zero, negative or >= 64:
-    # those are errors or undefined, not something to compare.
+    # Divisors and shift counts are built so that they are never zero, negative or >= 64 where
+    # they are evaluated: those are errors or undefined, not something to compare. (Such an
+    # operation is parenthesised whole, or an operand after it could extend the count: in
+    # ``a << (n & 63) + b`` the count is ``(n & 63) + b``.) The masks
+    # are signed or unsigned at random, since the count's type must not leak into a shift's result.
+    mask_suffix = st.sampled_from(("", "u"))
+    divide = st.sampled_from(("/", "%"))
     return st.one_of(
         st.tuples(st.sampled_from(("!", "~", "-", "+")), children).map(lambda t: f"{t[0]} {t[1]}"),
         st.tuples(children, st.sampled_from(BINARY_OPS), children).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
-        st.tuples(children, st.sampled_from(("/", "%")), children).map(
-            lambda t: f"{t[0]} {t[1]} ((({t[2]}) & 1023) + 1)"
+        st.tuples(children, divide, children, mask_suffix).map(
+            lambda t: f"({t[0]} {t[1]} ((({t[2]}) & 1023{t[3]}) + 1))"
         ),
-        st.tuples(children, st.sampled_from(("<<", ">>")), children).map(
-            lambda t: f"{t[0]} {t[1]} (({t[2]}) & 63)"
-        ),
+        st.tuples(
+            st.one_of(children, literal().map(lambda v: f"-{v}")),
+            st.sampled_from(("<<", ">>")),
+            st.one_of(children, st.integers(1, 63).map(str)),
+            mask_suffix,
+            st.sampled_from(("", "", " < 0", " > 1000")),
+        ).map(lambda t: f"(({t[0]} {t[1]} (({t[2]}) & 63{t[3]})){t[4]})"),
+        # Division by a value that may be zero, where only the operator's guard keeps it unevaluated.
+        st.tuples(children, divide, children, children)
+        .map(
+            lambda t: st.sampled_from(
+                (
+                    f"(({t[2]}) ? ({t[0]}) {t[1]} ({t[2]}) : {t[3]})",
+                    f"(({t[2]}) && ({t[0]}) {t[1]} ({t[2]}))",
+                    f"(!({t[2]}) || ({t[0]}) {t[1]} ({t[2]}))",
+                    f"(({t[2]}) == 0 ? {t[3]} : ({t[0]}) {t[1]} ({t[2]}))",
+                )
+            )
+        )
+        .flatmap(lambda s: s),
         st.tuples(children, children, children).map(lambda t: f"{t[0]} ? {t[1]} : {t[2]}"),
         children.map(lambda c: f"({c})"),
+        # Truth hides most of a value; these show its sign and size (signed vs unsigned).
+        st.tuples(children, st.sampled_from(("< 0", ">= 0", "> 1000", "< -1000", "% 7 == 3"))).map(
+            lambda t: f"({t[0]}) {t[1]}"
+        ),
     )
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from liftgate import __version__
 from liftgate.arch.core import Arch
 from liftgate.detect.cpp_lex import QuickIndex, quick_index
-from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer
+from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, relevant_macros
 from liftgate.model import Gate, PackageSummary, Report, Skip, Target
 from liftgate.sources.interface import NullObserver, Observer, Package, SourceFile
 
@@ -86,6 +86,7 @@ class _PackageJob:
     version: str | None
     fspaths: dict[str, str]
     cuda_version: tuple[int, int]
+    relevant: frozenset[str]
 
 
 def _read_text_lenient(fspath: str) -> str | None:
@@ -110,6 +111,7 @@ def _analyzer(job: _PackageJob) -> PackageAnalyzer:
             lambda p: _read_text_lenient(fspaths[p]) if p in fspaths else None,
             fspaths.keys(),
             job.cuda_version,
+            job.relevant,
         )
         _ANALYZERS[key] = analyzer
     return analyzer
@@ -391,8 +393,12 @@ def _scan_package(
 
     skips = [r for r in index.values() if isinstance(r, Skip)]
     indexed = {p: r for p, r in index.items() if isinstance(r, IndexedFile)}
+    relevant = relevant_macros(
+        (name for r in indexed.values() for name in r.index.condition_idents),
+        (entry for r in indexed.values() for entry in r.index.define_bodies),
+    )
     job = _PackageJob(
-        pkg.name, pkg.version, {f.path: f.fspath for f in cfiles if f.path in indexed}, cuda_version
+        pkg.name, pkg.version, {f.path: f.fspath for f in cfiles if f.path in indexed}, cuda_version, relevant
     )
     gates: list[Gate] = []
     analyzed: set[str] = set()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -140,7 +141,8 @@ def builtin_macros(cuda_version: tuple[int, int]) -> dict[str, Stored]:
     for name in names:
         entries: list[MacroEntry] = [make(name, m[name]) if name in m else None for m in per_lane]
         if name == "__CUDA_ARCH_LIST__":
-            entries[-1] = UNKNOWN_MACRO  # the host pass sees the whole build's list
+            # The host pass defines it too, as the whole build's list: defined, value unknown.
+            entries[-1] = MacroDef(name, None, False, (UNKNOWN_TOKEN,), None, None, "predefined by nvcc")
         table[name] = entries[0] if all(e is entries[0] for e in entries) else tuple(entries)
     table["__CUDACC_VER_BUILD__"] = UNKNOWN_MACRO
     table["__cplusplus"] = MacroDef(
@@ -153,6 +155,7 @@ def builtin_macros(cuda_version: tuple[int, int]) -> dict[str, Stored]:
     return table
 
 
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _CXX_LITERALS = frozenset({"true", "false", "and", "or", "not", "bitand", "bitor", "xor", "compl", "not_eq"})
 
 
@@ -218,8 +221,10 @@ class Walker:
         collect_gates: bool,
         package: str = "",
         version: str | None = None,
+        relevant: frozenset[str] | None = None,
     ) -> None:
         self.path = path
+        self.relevant = relevant
         self.lexed = lexed
         self.cuda_version = cuda_version
         self.resolve_include = resolve_include
@@ -358,10 +363,11 @@ class Walker:
             elif kw == "endif":
                 self._endif(d.line)
             elif kw == "define":
-                self._define(d.text, d.line)
+                if self._relevant(d.text):
+                    self._define(d.text, d.line)
             elif kw == "undef":
                 name = d.text.split()[0] if d.text.split() else ""
-                if name:
+                if name and self._relevant(name):
                     self._set(name, None, self.active())
             elif kw == "include":
                 self._include(d.text)
@@ -369,6 +375,13 @@ class Walker:
                 self.stack[-1].branches[-1].error = True
         if self.stack:
             raise Unbalanced(f"#{'if'} at line {self.stack[-1].line} has no matching #endif")
+
+    def _relevant(self, text: str) -> bool:
+        """Only macros that some conditional can reach need tracking (see `relevant_macros`)."""
+        if self.relevant is None:
+            return True
+        m = _NAME.match(text)
+        return m is not None and m.group(0) in self.relevant
 
     def _condition(self, keyword: str, text: str) -> tuple[Vec, set[str], str | None, list[str]]:
         if keyword in ("ifdef", "ifndef", "elifdef", "elifndef"):
@@ -585,6 +598,28 @@ class FileAnalysis:
     derived: frozenset[str]
 
 
+def relevant_macros(
+    condition_idents: Iterable[str], define_bodies: Iterable[tuple[str, Iterable[str]]]
+) -> frozenset[str]:
+    """Names a conditional can reach: used in one, or in the body of a macro that is (transitively).
+
+    A macro outside this set can never change the value of any condition in the package, so the
+    walkers need not track it; for CUTLASS-sized trees that is most of them.
+    """
+    bodies: dict[str, set[str]] = {}
+    for name, body in define_bodies:
+        bodies.setdefault(name, set()).update(body)
+    relevant = set(condition_idents)
+    frontier = list(relevant)
+    while frontier:
+        name = frontier.pop()
+        for used in bodies.get(name, ()):
+            if used not in relevant:
+                relevant.add(used)
+                frontier.append(used)
+    return frozenset(relevant)
+
+
 class IncludeIndex:
     """Resolves ``#include`` names to files of the same package (relative, then by path suffix)."""
 
@@ -630,7 +665,9 @@ class PackageAnalyzer:
         read_text: Callable[[str], str | None],
         paths: Iterable[str],
         cuda_version: tuple[int, int],
+        relevant: frozenset[str] | None = None,
     ) -> None:
+        self.relevant = relevant
         self.package = package
         self.version = version
         self.read_text = read_text
@@ -675,6 +712,7 @@ class PackageAnalyzer:
             collect_gates=collect_gates,
             package=self.package,
             version=self.version,
+            relevant=self.relevant,
         )
 
     def analyze(self, path: str, text: str) -> FileAnalysis:
