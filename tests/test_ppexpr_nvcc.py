@@ -295,6 +295,10 @@ TRICKY = [
     "!defined(__CUDA_ARCH__) || 120000 % __CUDA_ARCH__ == 0",
     "__CUDA_ARCH__ ? 90000 / __CUDA_ARCH__ : 0",
     "__CUDA_ARCH__ == 0 ? 1 : 1 / __CUDA_ARCH__",
+    # The comma operator: value and type of the right operand.
+    "(0, __CUDA_ARCH__ >= 900)",
+    "(1u, -1) < 0",
+    "(-1, 1u) > 0",
     # C++ alternative tokens.
     "defined(__CUDA_ARCH__) and not (__CUDA_ARCH__ < 900)",
     "__CUDA_ARCH__ bitand 0x400 xor 0",
@@ -423,6 +427,7 @@ def compound(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
         )
         .flatmap(lambda s: s),
         st.tuples(children, children, children).map(lambda t: f"{t[0]} ? {t[1]} : {t[2]}"),
+        st.tuples(children, children).map(lambda t: f"({t[0]}, {t[1]})"),  # gcc takes the comma operator
         children.map(lambda c: f"({c})"),
         # Truth hides most of a value; these show its sign and size (signed vs unsigned).
         st.tuples(children, st.sampled_from(("< 0", ">= 0", "> 1000", "< -1000", "% 7 == 3"))).map(

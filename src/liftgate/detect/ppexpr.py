@@ -173,8 +173,18 @@ class MacroExpander:
                 if i < n and tokens[i] == "(":  # an unknown function-like macro swallows its arguments
                     _, i = _collect_args(tokens, i)
             elif entry.params is None:
-                out.extend(self.expand(list(entry.body), hide | {tok}))
+                expanded = self.expand(list(entry.body), hide | {tok})
                 i += 1
+                if (
+                    expanded
+                    and i < n
+                    and tokens[i] == "("
+                    and self._calls_function_like(expanded[-1], hide | {tok})
+                ):
+                    # ``#define G TWICE`` then ``G(4)``: the name the expansion ends with takes
+                    # its arguments from what follows, as it does for a compiler.
+                    return out + expanded[:-1] + self.expand([expanded[-1], *tokens[i:]], hide)
+                out.extend(expanded)
             else:
                 if i + 1 >= n or tokens[i + 1] != "(":
                     out.append(tok)
@@ -196,6 +206,12 @@ class MacroExpander:
         if expanded and rest and rest[0] == "(" and is_ident(expanded[-1]) and expanded[-1] not in body_hide:
             return expanded[:-1] + self.expand([expanded[-1], *rest], hide)
         return expanded + self.expand(rest, hide)
+
+    def _calls_function_like(self, name: str, hide: frozenset[str]) -> bool:
+        if not is_ident(name) or name in hide or name == "defined":
+            return False
+        entry = self.entry(name)
+        return isinstance(entry, MacroDef) and entry.params is not None
 
     def _defined(self, tokens: Sequence[str], i: int) -> tuple[str, int]:
         j = i + 1
@@ -399,9 +415,17 @@ class _Parser:
             raise ExprError(f"expected {tok!r}, found {got!r}")
 
     def parse(self) -> Value:
-        value = self.conditional()
+        value = self.comma()
         if self.pos != len(self.toks):
             raise ExprError(f"unexpected {self.toks[self.pos]!r} in expression")
+        return value
+
+    def comma(self) -> Value:
+        """``a, b``: gcc accepts the comma operator in ``#if``; the value and type are ``b``'s."""
+        value = self.conditional()
+        while self.peek() == ",":
+            self.take()
+            value = self.conditional()
         return value
 
     def conditional(self) -> Value:
@@ -409,7 +433,7 @@ class _Parser:
         if self.peek() != "?":
             return cond
         self.take()
-        then = self.operand(self.conditional, cond, lambda c: c != 0)
+        then = self.operand(self.comma, cond, lambda c: c != 0)  # C: ``e ? expression : e``
         self.expect(":")
         other = self.operand(self.conditional, cond, lambda c: c == 0)
         unsigned = bool(then and then[1]) or bool(other and other[1])
@@ -471,7 +495,7 @@ class _Parser:
                 return _norm(~v[0], v[1])
             return v
         if tok == "(":
-            v = self.conditional()
+            v = self.comma()
             self.expect(")")
             return v
         if tok == UNKNOWN_TOKEN:

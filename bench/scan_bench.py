@@ -1,0 +1,101 @@
+"""Benchmark: liftgate's cold and warm scan against a regex pass with rg (or grep) on the same tree.
+
+Usage: python bench/scan_bench.py [SPEC ...] [--target sm_120] [--jobs N] [--repeat K]
+
+Default specs are flashinfer-python==0.7.2.post1 (~10k files, 427 MB unpacked) and sglang==0.5.23.
+Downloads and unpacked trees are cached (liftgate's user cache), so only the first run pays for
+the network. "cold" = liftgate with its scan cache disabled (every file read, indexed and parsed);
+"warm" = a second scan with the cache filled. The regex pass lists the files that have a
+preprocessor conditional on __CUDA_ARCH (what a person would grep for); it finds candidate lines,
+liftgate evaluates them for 25 targets and the host pass, follows includes and derived macros.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from liftgate.scan import scan
+from liftgate.sources import resolve_sources
+
+DEFAULT_SPECS = ["flashinfer-python==0.7.2.post1", "sglang==0.5.23"]
+GATE_REGEX = r"#\s*(if|ifdef|ifndef|elif).*__CUDA_ARCH"
+
+
+def _root_of(spec: str) -> tuple[str, int]:
+    packages, _ = resolve_sources([spec])
+    paths = [f.fspath for p in packages for f in p.files]
+    root = os.path.commonpath(paths)
+    return (root if os.path.isdir(root) else os.path.dirname(root)), len(paths)
+
+
+def _regex_pass(root: str) -> tuple[str, float, int]:
+    if shutil.which("rg"):
+        cmd = ["rg", "-l", "--no-ignore", "--hidden", "-e", GATE_REGEX, root]
+        tool = "rg"
+    else:
+        cmd = ["grep", "-rlE", GATE_REGEX, root]
+        tool = "grep -rlE"
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    return tool, elapsed, len(proc.stdout.splitlines())
+
+
+def _timed_scan(
+    spec: str, target: str, jobs: int | None, use_cache: bool, cache_dir: str | None
+) -> tuple[float, int]:
+    started = time.perf_counter()
+    report = scan([spec], [target], jobs=jobs, use_cache=use_cache, cache_dir=cache_dir)
+    return time.perf_counter() - started, len(report.gates)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("specs", nargs="*", default=DEFAULT_SPECS)
+    parser.add_argument("--target", default="sm_120")
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each timing; the median is reported")
+    args = parser.parse_args()
+
+    rows = []
+    for spec in args.specs:
+        root, nfiles = _root_of(spec)  # downloads/unpacks once, outside the timings
+        regex_times = []
+        tool, matched = "", 0
+        for _ in range(args.repeat):
+            tool, elapsed, matched = _regex_pass(root)
+            regex_times.append(elapsed)
+        cold_times, warm_times = [], []
+        gates = 0
+        for _ in range(args.repeat):
+            elapsed, gates = _timed_scan(spec, args.target, args.jobs, False, None)
+            cold_times.append(elapsed)
+        _timed_scan(spec, args.target, args.jobs, True, None)  # fill the scan cache
+        for _ in range(args.repeat):
+            elapsed, _ = _timed_scan(spec, args.target, args.jobs, True, None)
+            warm_times.append(elapsed)
+        rg, cold, warm = (statistics.median(t) for t in (regex_times, cold_times, warm_times))
+        rows.append((spec, nfiles, tool, rg, matched, cold, warm, gates))
+
+    print(
+        f"{'source':34} {'files':>6} {'regex':>14} {'cold':>8} {'warm':>7} {'cold/regex':>10} {'warm/regex':>10} gates"
+    )
+    for spec, nfiles, tool, rg, matched, cold, warm, gates in rows:
+        print(
+            f"{spec:34} {nfiles:6d} {tool:>6} {rg:6.2f} s {cold:6.2f} s {warm:5.2f} s "
+            f"{cold / rg:9.1f}x {warm / rg:9.1f}x {gates} ({matched} files matched the regex)"
+        )
+    print(f"cpus: {os.cpu_count()}, jobs: {args.jobs or 'default'}, python {sys.version.split()[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
