@@ -14,6 +14,7 @@ Speed comes from three things, in this order:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import marshal
 import os
@@ -196,19 +197,19 @@ class ScanCache:
     # plain tuples written with marshal; this keeps a warm scan of a 10k-file tree well under a second.
     def load_stats(self, key: str) -> dict[str, tuple[int, int, str]]:
         """path -> (size, mtime_ns, tag); the tag is the content digest or ``skip:<reason>``."""
-        value = self._load(f"stats/{key}.bin")
+        value = self._load(f"stats/{key}-{_code_fingerprint()[:16]}.bin")
         return value if isinstance(value, dict) else {}
 
     def store_stats(self, key: str, value: dict[str, tuple[int, int, str]]) -> None:
-        self._store(f"stats/{key}.bin", value)
+        self._store(f"stats/{key}-{_code_fingerprint()[:16]}.bin", value)
 
     def load_details(self, key: str) -> dict[str, tuple[object, ...]]:
         """digest -> the file's quick index, as a plain row."""
-        value = self._load(f"details/{key}.bin")
+        value = self._load(f"details/{key}-{_code_fingerprint()[:16]}.bin")
         return value if isinstance(value, dict) else {}
 
     def store_details(self, key: str, value: dict[str, tuple[object, ...]]) -> None:
-        self._store(f"details/{key}.bin", value)
+        self._store(f"details/{key}-{_code_fingerprint()[:16]}.bin", value)
 
     def load_result(self, key: str) -> tuple[list[Gate], list[Skip]] | None:
         value = self._load(f"result/{key}.bin")
@@ -435,6 +436,26 @@ def scan(
     )
 
 
+@cache
+def _code_fingerprint() -> str:
+    """Results depend on the detector's code and the arch data, not only on the version number:
+    hash them, so an upgrade or a local edit never serves stale gates from the cache."""
+    root = Path(__file__).parent
+    h = hashlib.sha256(f"{__version__}\x1f{CACHE_FORMAT}".encode())
+    for path in sorted(
+        [
+            root / "scan.py",
+            root / "model.py",
+            *root.glob("detect/*.py"),
+            *root.glob("arch/*.py"),
+            *root.glob("data/*.json"),
+        ]
+    ):
+        with contextlib.suppress(OSError):
+            h.update(path.name.encode() + b"\x1f" + path.read_bytes())
+    return h.hexdigest()
+
+
 def _index_files(
     todo: list[tuple[str, str]], package: str, max_file_size: int, pool: _Pool, observer: Observer
 ) -> list[IndexResult]:
@@ -491,7 +512,7 @@ def _scan_package(
     if todo:
         scan_cache.store_stats(key, {p: (stats[p].size, stats[p].mtime_ns, tag) for p, tag in tags.items()})
 
-    digest = hashlib.sha256(f"{__version__}\x1f{CACHE_FORMAT}\x1f{cuda_version}".encode())
+    digest = hashlib.sha256(f"{_code_fingerprint()}\x1f{cuda_version}".encode())
     for path in sorted(tags):
         digest.update(f"{path}\x1f{tags[path]}\x1e".encode())
     result_key = digest.hexdigest()[:32]

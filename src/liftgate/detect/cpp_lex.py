@@ -16,12 +16,6 @@ import re
 from dataclasses import dataclass
 
 _SPLICE = re.compile(r"\\[ \t]*\r?\n")
-# Comments are removed; literals are matched so that a "//" or "/*" inside one is not a comment.
-_COMMENT_OR_LITERAL = re.compile(
-    r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'",
-    re.S,
-)
-_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*([A-Za-z_]\w*)?([^\n]*)", re.M)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
 # Unanchored on purpose: a literal '#' lets the regex engine skip ahead, ~15x faster than a
@@ -92,82 +86,226 @@ class Directive:
     text: str
     line: int
     end_line: int
+    offset: int = 0  # where the '#' is in the lexed text
+    end_offset: int = 0  # where the directive's logical line ends
 
 
-@dataclass(frozen=True, slots=True)
-class LexedFile:
-    directives: tuple[Directive, ...]
-    # The comment-free text split into physical lines (index 0 = line 1), for region inspection.
-    lines: tuple[str, ...]
+CONTINUATION = "\x01"  # marks a spliced backslash-newline, so physical lines can still be counted
+_DIRECTIVE_START = re.compile(r"#[ \t]*([A-Za-z_]\w*)?")
+# Openers of the constructs that can hide a '#' or carry a directive past its line end.
+_RAW_OPEN = re.compile(r"R\"([^()\\ \t\n\x01\"]{0,16})\(")
+_LITERALS = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'")
+# Precise comment removal for small slices (a directive's text, a region's lines).
+_COMMENT_OR_LITERAL = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
+_BLANKABLE = re.compile(r"[^\n\x01]")
 
 
-def _strip(match: re.Match[str]) -> str:
-    # Same length, newlines kept: offsets stay valid for the splice table and line counting.
+def _uncomment(match: re.Match[str]) -> str:
     text = match.group(0)
     if text[0] == "/":
-        return " " * len(text) if text[1] == "/" else _NON_NEWLINE.sub(" ", text)
+        return " " + "\n" * text.count("\n") + CONTINUATION * text.count(CONTINUATION)
     return text
 
 
-_NON_NEWLINE = re.compile(r"[^\n]")
+def strip_comments(text: str) -> str:
+    """Comments become one space (newlines and splice marks kept); literals are respected."""
+    return _COMMENT_OR_LITERAL.sub(_uncomment, text) if "/" in text else text
+
+
+def _opens_in_code(prefix: str) -> bool:
+    """Whether an opener after ``prefix`` (the line up to it) is code, not inside a literal or // comment."""
+    if '"' in prefix or "'" in prefix:
+        prefix = _LITERALS.sub("", prefix)
+        if '"' in prefix:
+            return False
+    return "//" not in prefix
+
+
+def _raw_string_at(text: str, pos: int) -> str | None:
+    """The delimiter if a raw string literal (``R"d(``, ``u8R"(`` …) opens at ``pos`` (its 'R')."""
+    m = _RAW_OPEN.match(text, pos)
+    if m is None:
+        return None
+    before = pos - 1
+    while before >= 0 and pos - before <= 2 and text[before] in "u8UL":
+        before -= 1
+    if before >= 0 and (text[before].isalnum() or text[before] == "_"):
+        return None  # part of an identifier such as FOOR"..."
+    return m.group(1)
+
+
+def hidden_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of block comments and raw string literals, in order: what a '#' inside is not.
+
+    Only openers are searched for (with str.find: rare and cheap), each checked against its
+    line's prefix, so the cost follows the number of block comments, not the size of the file.
+    """
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    comment = text.find("/*")
+    raw = text.find('R"')
+    while comment >= 0 or raw >= 0:
+        if comment >= 0 and (raw < 0 or comment < raw):
+            start, delimiter = comment, None
+        else:
+            start, delimiter = raw, _raw_string_at(text, raw)
+            if delimiter is None:
+                raw = text.find('R"', raw + 2)
+                continue
+        line_start = max(text.rfind("\n", 0, start) + 1, spans[-1][1] if spans else 0)
+        if not _opens_in_code(text[line_start:start]):
+            pos = start + 2
+        else:
+            if delimiter is None:
+                end = text.find("*/", start + 2)
+                end = len(text) if end < 0 else end + 2
+            else:
+                close = text.find(")" + delimiter + '"', start + 3 + len(delimiter))
+                end = len(text) if close < 0 else close + len(delimiter) + 2
+            spans.append((start, end))
+            pos = end
+        if comment >= 0 and comment < pos:
+            comment = text.find("/*", pos)
+        if raw >= 0 and raw < pos:
+            raw = text.find('R"', pos)
+    return spans
+
+
+class LexedFile:
+    """A file's directives, and on demand its comment-free physical lines (for region inspection)."""
+
+    __slots__ = ("_lines", "_text", "directives", "hidden")
+
+    def __init__(self, directives: tuple[Directive, ...], text: str, hidden: list[tuple[int, int]]) -> None:
+        self.directives = directives
+        self._text = text
+        self.hidden = hidden
+        self._lines: tuple[str, ...] | None = None
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """Comment-free physical lines (index 0 = line 1); a directive's continuation lines are blank."""
+        if self._lines is None:
+            self._lines = _physical_lines(self._code(0, len(self._text)))
+        return self._lines
+
+    def code_between(self, start: int, end: int) -> tuple[str, ...]:
+        """Comment-free physical lines of the text between two offsets (e.g. two directives)."""
+        if start >= end:
+            return ()
+        return _physical_lines(self._code(start, end))
+
+    def _code(self, start: int, end: int) -> str:
+        pieces: list[str] = []
+        pos = start
+        for h_start, h_end in self.hidden:
+            if h_end <= start or h_start >= end:
+                continue
+            pieces.append(self._text[pos : max(pos, h_start)])
+            hidden = self._text[max(h_start, start) : min(h_end, end)]
+            if hidden.startswith(("R", "u", "L")) or '"' in hidden[:4]:
+                pieces.append(hidden)  # a raw string is code
+            else:
+                pieces.append(" " + _BLANKABLE.sub("", hidden))
+            pos = min(h_end, end)
+        pieces.append(self._text[pos:end])
+        return strip_comments("".join(pieces))
 
 
 def lex_directives(text: str) -> LexedFile:
-    """Exact directive extraction from decoded source text."""
-    splices: list[int] = []
+    """Exact directive extraction from decoded source text.
+
+    Lines are spliced first (a backslash-newline becomes a CONTINUATION mark, so physical line
+    numbers stay countable), then block comments and raw strings are located; a '#' is a
+    directive when only whitespace or comments precede it on its line and it is not hidden.
+    """
+    if CONTINUATION in text:
+        text = text.replace(CONTINUATION, " ")
     if "\\" in text:
-        pieces: list[str] = []
-        last = 0
-        removed = 0
-        for m in _SPLICE.finditer(text):
-            pieces.append(text[last : m.start()])
-            removed += m.end() - m.start()
-            splices.append(m.start() - (removed - (m.end() - m.start())))
-            last = m.end()
-        if splices:
-            pieces.append(text[last:])
-            text = "".join(pieces)
-    if "/" in text:
-        text = _COMMENT_OR_LITERAL.sub(_strip, text)
+        text = _SPLICE.sub(CONTINUATION, text)
+    hidden = hidden_spans(text) if ("/*" in text or 'R"' in text) else []
+    hidden_starts = [h[0] for h in hidden]
     directives: list[Directive] = []
     line = 1
-    pos = 0
-    for m in _DIRECTIVE.finditer(text):
+    counted = 0
+    spliced = CONTINUATION in text
+    for m in _DIRECTIVE_START.finditer(text):
         start = m.start()
-        line += text.count("\n", pos, start)
-        pos = start
-        # Spliced newlines before this point shift the physical line numbers.
-        before = bisect.bisect_right(splices, start) if splices else 0
-        within = (bisect.bisect_right(splices, m.end()) - before) if splices else 0
-        physical = line + before
+        if hidden:
+            k = bisect.bisect_right(hidden_starts, start) - 1
+            if k >= 0 and hidden[k][1] > start:
+                continue
+        line_start = text.rfind("\n", 0, start) + 1
+        if start != line_start:
+            prefix = text[line_start:start]
+            if prefix.strip(" \t\f\v\r") and (
+                not hidden
+                or "*/" not in prefix
+                or strip_comments_in(prefix, text, line_start, hidden).strip()
+            ):
+                continue
+        # The directive runs to the end of its logical line, or past it through a block comment.
+        end = text.find("\n", m.end())
+        end = len(text) if end < 0 else end
+        if hidden:
+            k = bisect.bisect_left(hidden_starts, m.end())
+            while k < len(hidden) and hidden[k][0] < end:
+                if hidden[k][1] > end:
+                    end = text.find("\n", hidden[k][1])
+                    end = len(text) if end < 0 else end
+                k += 1
+        line += text.count("\n", counted, start) + (
+            text.count(CONTINUATION, counted, start) if spliced else 0
+        )
+        counted = start
+        rest = text[m.end() : end]
+        extra_lines = rest.count("\n") + (rest.count(CONTINUATION) if spliced else 0)
+        if "/" in rest:
+            rest = strip_comments(rest)
+        if extra_lines:
+            rest = rest.replace(CONTINUATION, " ").replace("\n", " ")
         directives.append(
             Directive(
                 keyword=m.group(1) or "",
-                text=m.group(2).strip(),
-                line=physical,
-                end_line=physical + within,
+                text=rest.strip(),
+                line=line,
+                end_line=line + extra_lines,
+                offset=start,
+                end_offset=end,
             )
         )
-    physical_lines = _physical_lines(text, splices)
-    return LexedFile(tuple(directives), physical_lines)
+    return LexedFile(tuple(directives), text, hidden)
 
 
-def _physical_lines(text: str, splices: list[int]) -> tuple[str, ...]:
-    """Lines of the comment-free text, re-expanded so that index i is physical line i+1."""
-    lines = text.split("\n")
-    if not splices:
-        return tuple(lines)
+def strip_comments_in(prefix: str, text: str, offset: int, hidden: list[tuple[int, int]]) -> str:
+    """``prefix`` (at ``offset`` in ``text``) without the block comments that cover it."""
+    out = []
+    pos = offset
+    end = offset + len(prefix)
+    for h_start, h_end in hidden:
+        if h_end <= offset or h_start >= end:
+            continue
+        out.append(text[pos:h_start])
+        pos = min(h_end, end)
+    out.append(text[pos:end])
+    return "".join(out)
+
+
+def _physical_lines(text: str) -> tuple[str, ...]:
+    """Physical lines; a directive's continuation lines are blank (they belong to the line above)."""
+    if CONTINUATION not in text:
+        return tuple(text.split("\n"))
     out: list[str] = []
-    offset = 0
-    splice_iter = iter(splices)
-    next_splice = next(splice_iter, None)
-    for logical in lines:
-        end = offset + len(logical)
-        out.append(logical)
-        while next_splice is not None and offset <= next_splice <= end:
-            out.append("")  # a continuation line belongs to the directive/statement above it
-            next_splice = next(splice_iter, None)
-        offset = end + 1
+    for logical in text.split("\n"):
+        if CONTINUATION not in logical:
+            out.append(logical)
+            continue
+        parts = logical.split(CONTINUATION)
+        if logical.lstrip().startswith("#"):
+            out.append(" ".join(parts))
+            out.extend("" for _ in parts[1:])
+        else:
+            out.extend(parts)
     return tuple(out)
 
 

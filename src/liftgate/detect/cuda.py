@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from liftgate.arch.core import TOOLKIT_MACROS, ArchSet, universe
-from liftgate.detect.cpp_lex import CONDITIONAL_KEYWORDS, LexedFile, lex_directives
+from liftgate.detect.cpp_lex import CONDITIONAL_KEYWORDS, Directive, LexedFile, lex_directives
 from liftgate.detect.ppexpr import (
     UNKNOWN_MACRO,
     UNKNOWN_TOKEN,
@@ -90,6 +90,13 @@ def _not(a: Vec) -> Vec:
 
 
 _KIND_CACHE: dict[Vec, Tri] = {}
+# Conditions repeat across a package (``defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900``): a
+# condition's lane vector is a function of the stored states of the names it touches, and those
+# are often the very same objects (nvcc's predefined macros, undefined, unknown) from file to file.
+_EVAL_CACHE: dict[
+    tuple[str, ...], list[tuple[tuple[str, ...], tuple[object, ...], tuple[Vec, frozenset[str], str | None]]]
+] = {}
+_EVAL_CACHE_LIMIT = 50_000
 
 
 def _kind(vec: Vec) -> Tri:
@@ -171,8 +178,11 @@ class Branch:
     line: int
     end_line: int
     effective: Vec
+    offset: int = 0  # of the directive's '#'
+    body_offset: int = 0  # where the branch's region starts
     draft: _Draft | None = None
-    error: bool = False
+    error: bool = False  # an #error directly in this branch: taking it fails the build
+    nested_error: bool = False  # an #error in a conditional inside it
 
 
 @dataclass
@@ -234,7 +244,7 @@ class Walker:
         self.version = version
         self.builtins = builtin_macros(cuda_version)
         self.table: dict[str, Stored] = {}
-        self.local_names = frozenset(
+        self.local_names: set[str] = set(
             d.text.split("(", 1)[0].split()[0]
             for d in lexed.directives
             if d.keyword == "define" and d.text.split()
@@ -301,6 +311,21 @@ class Walker:
         Lanes whose entries agree on every lane-varying macro an evaluation touched share its
         result, so a condition is evaluated once per distinct macro state, not once per lane.
         """
+        key = tuple(tokens)
+        for names, objects, cached in _EVAL_CACHE.get(key, ()):
+            if all(self.stored(n) is o for n, o in zip(names, objects, strict=True)):
+                return cached[0], set(cached[1]), cached[2]
+        vec, touched, error = self._eval_vec(tokens)
+        names = tuple(sorted(touched))
+        if len(_EVAL_CACHE) > _EVAL_CACHE_LIMIT:
+            _EVAL_CACHE.clear()
+        # The stored objects themselves are kept (not their ids), so identity checks stay sound.
+        _EVAL_CACHE.setdefault(key, []).append(
+            (names, tuple(self.stored(n) for n in names), (vec, frozenset(touched), error))
+        )
+        return vec, touched, error
+
+    def _eval_vec(self, tokens: list[str]) -> tuple[Vec, set[str], str | None]:
         results: list[Tri] = [U] * self.n
         varying: list[tuple[MacroEntry, ...]] = []  # lane-varying stored values touched so far
         varying_ids: set[int] = set()
@@ -358,10 +383,12 @@ class Walker:
             kw = d.keyword
             if kw in CONDITIONAL_KEYWORDS:
                 self._conditional(d.keyword, d.text, d.line, d.end_line)
+                self._mark_offsets(d)
             elif kw == "else":
                 self._else(d.line, d.end_line)
+                self._mark_offsets(d)
             elif kw == "endif":
-                self._endif(d.line)
+                self._endif(d.line, d.offset)
             elif kw == "define":
                 if self._relevant(d.text):
                     self._define(d.text, d.line)
@@ -373,6 +400,8 @@ class Walker:
                 self._include(d.text)
             elif kw == "error" and self.stack:
                 self.stack[-1].branches[-1].error = True
+                for frame in self.stack[:-1]:
+                    frame.branches[-1].nested_error = True
         if self.stack:
             raise Unbalanced(f"#{'if'} at line {self.stack[-1].line} has no matching #endif")
 
@@ -382,6 +411,11 @@ class Walker:
             return True
         m = _NAME.match(text)
         return m is not None and m.group(0) in self.relevant
+
+    def _mark_offsets(self, d: Directive) -> None:
+        branch = self.stack[-1].branches[-1]
+        branch.offset = d.offset
+        branch.body_offset = d.end_offset
 
     def _condition(self, keyword: str, text: str) -> tuple[Vec, set[str], str | None, list[str]]:
         if keyword in ("ifdef", "ifndef", "elifdef", "elifndef"):
@@ -485,7 +519,7 @@ class Walker:
         previous = " || ".join(_branch_text(b) for b in frame.branches)
         frame.branches.append(Branch("else", f"!({previous})", line, end_line, effective))
 
-    def _endif(self, line: int) -> None:
+    def _endif(self, line: int, offset: int) -> None:
         if not self.stack:
             raise Unbalanced(f"#endif at line {line} has no matching #if")
         frame = self.stack.pop()
@@ -502,7 +536,7 @@ class Walker:
             else_span = Span(later[0].line, line) if later else None
             else_kind = ElseKind.NONE
             for j, other in enumerate(later, start=k + 1):
-                stop = (branches[j + 1].line if j + 1 < len(branches) else line) - 1
+                stop = branches[j + 1].offset if j + 1 < len(branches) else offset
                 kind = self._region_kind(other, stop)
                 if kind is ElseKind.ERROR:
                     else_kind = ElseKind.ERROR
@@ -532,29 +566,38 @@ class Walker:
             )
 
     def _region_kind(self, branch: Branch, stop: int) -> ElseKind:
+        """What a branch's region does: an #error or only static_asserts fail the build (error);
+        any other code is another implementation (fallback); nothing at all is ``none``."""
         if branch.error:
             return ElseKind.ERROR
-        code = [
+        code = " ".join(
             ln.strip()
-            for ln in self.lexed.lines[branch.end_line : max(stop, branch.end_line)]
+            for ln in self.lexed.code_between(branch.body_offset, stop)
             if ln.strip() and not ln.lstrip().startswith("#")
-        ]
-        if not code:
-            return ElseKind.NONE
-        joined = " ".join(code)
-        if joined.startswith("static_assert") and joined.count(";") == joined.count("static_assert"):
+        )
+        asserts_only = False
+        if "static_assert" in code:
+            rest = _without_static_asserts(code)
+            asserts_only = not rest.strip()
+            code = rest
+        if code.strip():
+            return ElseKind.FALLBACK
+        if asserts_only or branch.nested_error:
             return ElseKind.ERROR
-        return ElseKind.FALLBACK
+        return ElseKind.NONE
+
+    def _context(self) -> str:
+        """The architecture conditions in force here, for evidence."""
+        return " && ".join(
+            _branch_text(b) for f in self.stack for b in f.branches[-1:] if not _device_uniform(b.effective)
+        )
 
     def _define(self, text: str, line: int) -> None:
         active = self.active()
         if _kind(active) is F:
             return
-        context = " && ".join(
-            _branch_text(b) for f in self.stack for b in f.branches[-1:] if not _device_uniform(b.effective)
-        )
         try:
-            macro = parse_define(text, self.path, line, context)
+            macro = parse_define(text, self.path, line, self._context())
         except ExprError:
             return
         self._set(macro.name, macro, active)
@@ -577,8 +620,52 @@ class Walker:
         if _kind(active) is T:
             self.table.update(export)
             return
+        # Included for some targets only: elsewhere its macros are known to be undefined (not
+        # unknown), and the evidence says under which condition the header comes in.
+        self.local_names.update(export)
+        context = self._context()
         for macro, stored in export.items():
-            self._set(macro, stored, active)
+            self._set(macro, _recontext(stored, context), active)
+
+
+_STRING = re.compile(r"\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'")
+
+
+def _without_static_asserts(code: str) -> str:
+    """``code`` minus its ``static_assert(...);`` statements (messages may hold ';' and parens)."""
+    code = _STRING.sub('""', code)
+    out: list[str] = []
+    pos = 0
+    while True:
+        start = code.find("static_assert", pos)
+        if start < 0:
+            break
+        open_paren = code.find("(", start)
+        if open_paren < 0:
+            break
+        depth = 0
+        end = open_paren
+        while end < len(code):
+            depth += {"(": 1, ")": -1}.get(code[end], 0)
+            end += 1
+            if depth == 0:
+                break
+        while end < len(code) and code[end] in " ;":
+            end += 1
+        out.append(code[pos:start])
+        pos = end
+    out.append(code[pos:])
+    return "".join(out)
+
+
+def _recontext(stored: Stored, context: str) -> Stored:
+    def one(entry: MacroEntry) -> MacroEntry:
+        if not isinstance(entry, MacroDef) or not context:
+            return entry
+        joined = f"{context} && {entry.context}" if entry.context else context
+        return MacroDef(entry.name, entry.params, entry.variadic, entry.body, entry.path, entry.line, joined)
+
+    return tuple(one(e) for e in stored) if isinstance(stored, tuple) else one(stored)
 
 
 def _branch_text(branch: Branch) -> str:

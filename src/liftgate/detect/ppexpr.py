@@ -20,9 +20,9 @@ _TOKEN = re.compile(
     r"""
     (?P<ws>\s+)
   | (?P<num>\.?\d(?:[eEpP][+-]|[\w.]|'\w)*)  # a pp-number: 0x1fULL is one token, suffix included
+  | (?P<chr>(?:u8|[uUL])?'(?:\\.|[^'\\])*')  # before identifiers: L'x' is one token
+  | (?P<str>(?:u8|[uUL])?"(?:\\.|[^"\\])*")
   | (?P<id>[A-Za-z_]\w*)
-  | (?P<chr>[uUL]?'(?:\\.|[^'\\])*')
-  | (?P<str>[uUL8]*"(?:\\.|[^"\\])*")
   | (?P<op>\#\#|%:%:|\.\.\.|<<=|>>=|->|&&|\|\||<<|>>|<=|>=|==|!=|\#|[-+*/%<>!~&|^?:(),.;=\[\]{}@$`\\])
     """,
     re.X,
