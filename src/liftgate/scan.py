@@ -33,7 +33,7 @@ from typing import cast
 
 from liftgate import __version__
 from liftgate.arch.core import Arch, ArchSet
-from liftgate.detect.cpp_lex import QuickIndex, quick_index
+from liftgate.detect.cpp_lex import BUILD_FILE_EXTENSIONS, QuickIndex, build_defines, quick_index
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, relevant_macros
 from liftgate.model import (
     Confidence,
@@ -83,7 +83,10 @@ def _index_one(path: str, fspath: str, max_size: int, package: str) -> IndexResu
         return Skip(path, f"cannot read: {exc.strerror or exc}", package)
     if b"\x00" in data[:_BINARY_SNIFF]:
         return Skip(path, "binary content in a source file", package)
-    return IndexedFile(path, hashlib.blake2b(data, digest_size=16).hexdigest(), quick_index(data))
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    if not _is_cfamily(path):  # a build file: only the macros it passes to the compiler matter
+        return IndexedFile(path, digest, QuickIndex(False, frozenset(), build_defines(data), (), ()))
+    return IndexedFile(path, digest, quick_index(data))
 
 
 def _index_chunk(chunk: list[tuple[str, str]], max_size: int, package: str) -> list[IndexResult]:
@@ -102,6 +105,7 @@ class _PackageJob:
     fspaths: dict[str, str]
     cuda_version: tuple[int, int]
     relevant: frozenset[str]
+    defined_anywhere: frozenset[str]
 
 
 def _read_text_lenient(fspath: str) -> str | None:
@@ -127,6 +131,7 @@ def _analyzer(job: _PackageJob) -> PackageAnalyzer:
             fspaths.keys(),
             job.cuda_version,
             job.relevant,
+            job.defined_anywhere,
         )
         _ANALYZERS[key] = analyzer
     return analyzer
@@ -344,6 +349,11 @@ def _is_cfamily(path: str) -> bool:
     return posixpath.splitext(path)[1].lower() in CUDA_EXTENSIONS
 
 
+def _is_indexed(path: str) -> bool:
+    ext = posixpath.splitext(path)[1].lower()
+    return ext in CUDA_EXTENSIONS or ext in BUILD_FILE_EXTENSIONS
+
+
 def _package_key(pkg: Package) -> str:
     h = hashlib.sha256(f"{pkg.name}\x1f{pkg.version}\x1f{pkg.origin}".encode())
     return h.hexdigest()[:24]
@@ -410,7 +420,7 @@ def scan(
     files_scanned = 0
     try:
         for pkg in packages:
-            cfiles = [f for f in pkg.files if _is_cfamily(f.path)]
+            cfiles = [f for f in pkg.files if _is_indexed(f.path)]
             summaries.append(PackageSummary(pkg.name, pkg.version, pkg.origin, len(pkg.files)))
             files_scanned += len(cfiles)
             if not cfiles:
@@ -545,8 +555,14 @@ def _scan_package(
         (name for r in indexed.values() for name in r.index.condition_idents),
         (entry for r in indexed.values() for entry in r.index.define_bodies),
     )
+    defined_anywhere = frozenset(name for r in indexed.values() for name in r.index.defines)
     job = _PackageJob(
-        pkg.name, pkg.version, {f.path: f.fspath for f in cfiles if f.path in indexed}, cuda_version, relevant
+        pkg.name,
+        pkg.version,
+        {p: stats[p].fspath for p in indexed if _is_cfamily(p)},
+        cuda_version,
+        relevant,
+        defined_anywhere,
     )
     gates: list[Gate] = []
     analyzed: set[str] = set()

@@ -78,6 +78,44 @@ def quick_index(data: bytes) -> QuickIndex:
     )
 
 
+# Macros a build passes to the compiler: -DNAME in Python/CMake/shell text, CMake's
+# (target_)compile_definitions(...), setuptools' define_macros=[("NAME", ...)].
+_BUILD_DEFINE = re.compile(
+    rb"-D[ \t]*([A-Za-z_]\w*)|compile_definitions\s*\(([^)]*)\)|define_macros\s*=\s*\[([^\]]*)\]"
+)
+BUILD_FILE_EXTENSIONS = frozenset(
+    {
+        ".py",
+        ".cmake",
+        ".txt",
+        ".json",
+        ".toml",
+        ".cfg",
+        ".sh",
+        ".jinja",
+        ".yaml",
+        ".yml",
+        ".mk",
+        ".bzl",
+        ".in",
+    }
+)
+
+
+def build_defines(data: bytes) -> frozenset[str]:
+    """Macro names a build file may define for the compiler (over-approximated on purpose)."""
+    names: set[str] = set()
+    if b"-D" not in data and b"definitions" not in data and b"define_macros" not in data:
+        return frozenset()
+    for m in _BUILD_DEFINE.finditer(data):
+        if m.group(1):
+            names.add(m.group(1).decode("ascii"))
+        else:
+            body = m.group(2) or m.group(3) or b""
+            names.update(i.decode("ascii") for i in _RAW_IDENT.findall(body))
+    return frozenset(names)
+
+
 @dataclass(frozen=True, slots=True)
 class Directive:
     """One preprocessor directive: keyword (``""`` for a null directive), the rest, and its lines."""

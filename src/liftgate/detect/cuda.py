@@ -97,6 +97,7 @@ _EVAL_CACHE: dict[
     tuple[str, ...], list[tuple[tuple[str, ...], tuple[object, ...], tuple[Vec, frozenset[str], str | None]]]
 ] = {}
 _EVAL_CACHE_LIMIT = 50_000
+_EVAL_CACHE_VARIANTS = 4  # macro states remembered per condition text
 
 
 def _kind(vec: Vec) -> Tri:
@@ -128,6 +129,24 @@ def _truth(v: Tri) -> Truth:
     return Truth.UNKNOWN if v is U else (Truth.TRUE if v else Truth.FALSE)
 
 
+_OTHER_TOOLCHAINS = (
+    "__clang__",
+    "__CUDA__",
+    "__HIP__",
+    "__HIPCC__",
+    "__CUDACC_RTC__",
+    "_MSC_VER",
+    "__NVCOMPILER",
+    "__INTEL_COMPILER",
+    "_WIN32",
+    "_WIN64",
+    "WIN32",
+    "__WIN32",
+    "__CYGWIN__",
+    "__APPLE__",
+)
+
+
 @cache
 def builtin_macros(cuda_version: tuple[int, int]) -> dict[str, Stored]:
     """nvcc's predefined macros per lane (see `liftgate.arch.core.nvcc_macros`), as stored entries."""
@@ -152,6 +171,14 @@ def builtin_macros(cuda_version: tuple[int, int]) -> dict[str, Stored]:
             entries[-1] = MacroDef(name, None, False, (UNKNOWN_TOKEN,), None, None, "predefined by nvcc")
         table[name] = entries[0] if all(e is entries[0] for e in entries) else tuple(entries)
     table["__CUDACC_VER_BUILD__"] = UNKNOWN_MACRO
+    # The toolchain liftgate models: nvcc with a GCC host compiler on Linux. Other compilers'
+    # identification macros (clang's CUDA mode, NVRTC, MSVC, nvc++) are undefined there.
+    for name in _OTHER_TOOLCHAINS:
+        table[name] = None
+    for name in ("__GNUC__", "__GNUC_MINOR__", "__linux__", "__unix__"):
+        table[name] = MacroDef(
+            name, None, False, (UNKNOWN_TOKEN,), None, None, "the host compiler (GCC on Linux)"
+        )
     table["__cplusplus"] = MacroDef(
         "__cplusplus", None, False, ("201703L",), None, None, "nvcc default -std=c++17"
     )
@@ -227,14 +254,16 @@ class Walker:
         *,
         cuda_version: tuple[int, int],
         resolve_include: IncludeResolver,
-        header_export: Callable[[str], dict[str, Stored]],
+        header_export: Callable[[str], HeaderExport],
         collect_gates: bool,
         package: str = "",
         version: str | None = None,
         relevant: frozenset[str] | None = None,
+        defined_anywhere: frozenset[str] | None = None,
     ) -> None:
         self.path = path
         self.relevant = relevant
+        self.defined_anywhere = defined_anywhere
         self.lexed = lexed
         self.cuda_version = cuda_version
         self.resolve_include = resolve_include
@@ -263,7 +292,19 @@ class Walker:
             return self.builtins[name]
         if _arch_builtin_name(name) or name in self.local_names or name in _CXX_LITERALS:
             return None
+        if self._assumed_undefined(name):
+            return None
         return UNKNOWN_MACRO
+
+    def _assumed_undefined(self, name: str) -> bool:
+        """A non-reserved macro that nothing in the package defines or passes with -D is undefined.
+
+        Names in the implementation's namespace (``__x``, ``_X``: compiler and platform macros)
+        stay unknown, and so does anything a build file of the package may pass to the compiler.
+        """
+        if self.defined_anywhere is None or name in self.defined_anywhere or name in self.table:
+            return False
+        return not (name.startswith("__") or (name[:1] == "_" and name[1:2].isupper()))
 
     def stored(self, name: str) -> Stored:
         if name in self.table:
@@ -320,9 +361,10 @@ class Walker:
         if len(_EVAL_CACHE) > _EVAL_CACHE_LIMIT:
             _EVAL_CACHE.clear()
         # The stored objects themselves are kept (not their ids), so identity checks stay sound.
-        _EVAL_CACHE.setdefault(key, []).append(
-            (names, tuple(self.stored(n) for n in names), (vec, frozenset(touched), error))
-        )
+        variants = _EVAL_CACHE.setdefault(key, [])
+        if len(variants) >= _EVAL_CACHE_VARIANTS:
+            del variants[0]
+        variants.append((names, tuple(self.stored(n) for n in names), (vec, frozenset(touched), error)))
         return vec, touched, error
 
     def _eval_vec(self, tokens: list[str]) -> tuple[Vec, set[str], str | None]:
@@ -480,6 +522,10 @@ class Walker:
                 )
             elif value is UNKNOWN_MACRO:
                 depends.append(f"{name} (not defined in this file or its includes; set by the build?)")
+            elif value is None and name not in self.local_names and self._assumed_undefined(name):
+                depends.append(
+                    f"{name} assumed undefined (nothing in the package defines it or passes -D{name})"
+                )
             elif isinstance(value, tuple) and name not in self.builtins:
                 origins: dict[tuple[str | None, int | None, str], None] = {}
                 for e in value:
@@ -617,14 +663,15 @@ class Walker:
         if target is None:
             return
         export = self.header_export(target)
+        # Every macro the header (or its includes) could define is now known: where it did not
+        # define one, the macro is undefined rather than unknown.
+        self.local_names.update(export.names)
         if _kind(active) is T:
-            self.table.update(export)
+            self.table.update(export.table)
             return
-        # Included for some targets only: elsewhere its macros are known to be undefined (not
-        # unknown), and the evidence says under which condition the header comes in.
-        self.local_names.update(export)
+        # Included for some targets only: the evidence says under which condition it comes in.
         context = self._context()
-        for macro, stored in export.items():
+        for macro, stored in export.table.items():
             self._set(macro, _recontext(stored, context), active)
 
 
@@ -676,6 +723,14 @@ def _branch_text(branch: Branch) -> str:
     if branch.keyword == "else":
         return branch.text
     return f"({' '.join(branch.text.split())})"
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderExport:
+    """What including a header does: the macro states it leaves, and every macro it could define."""
+
+    table: dict[str, Stored]
+    names: frozenset[str]
 
 
 @dataclass
@@ -753,16 +808,18 @@ class PackageAnalyzer:
         paths: Iterable[str],
         cuda_version: tuple[int, int],
         relevant: frozenset[str] | None = None,
+        defined_anywhere: frozenset[str] | None = None,
     ) -> None:
         self.relevant = relevant
+        self.defined_anywhere = defined_anywhere
         self.package = package
         self.version = version
         self.read_text = read_text
         self.index = IncludeIndex(paths)
         self.cuda_version = cuda_version
         self._lexed: dict[str, LexedFile | None] = {}
-        self._exports: dict[str, dict[str, Stored]] = {}
-        self._in_progress: set[str] = set()
+        self._exports: dict[str, HeaderExport] = {}
+        self._in_progress: dict[str, Walker] = {}
 
     def lexed(self, path: str) -> LexedFile | None:
         if path not in self._lexed:
@@ -770,23 +827,30 @@ class PackageAnalyzer:
             self._lexed[path] = None if text is None else lex_directives(text)
         return self._lexed[path]
 
-    def export(self, path: str) -> dict[str, Stored]:
+    def export(self, path: str) -> HeaderExport:
+        """The macros a header leaves defined, computed from a clean state and memoised.
+
+        An include cycle is resolved the way textual inclusion does it: the header being
+        processed contributes what it has defined so far (its guard stops the rest). The
+        memoised result is therefore exact for acyclic includes and close for cyclic ones.
+        """
         if path in self._exports:
             return self._exports[path]
         if path in self._in_progress:
-            return {}  # an include cycle; the guard macros would stop a compiler here too
+            partial = self._in_progress[path]
+            return HeaderExport(dict(partial.table), frozenset(partial.local_names))
         lexed = self.lexed(path)
         if lexed is None:
-            self._exports[path] = {}
-            return {}
-        self._in_progress.add(path)
+            self._exports[path] = HeaderExport({}, frozenset())
+            return self._exports[path]
+        walker = self._walker(path, lexed, collect_gates=False)
+        self._in_progress[path] = walker
         try:
-            walker = self._walker(path, lexed, collect_gates=False)
             with contextlib.suppress(Unbalanced):
                 walker.run()
-            self._exports[path] = walker.table
         finally:
-            self._in_progress.discard(path)
+            del self._in_progress[path]
+        self._exports[path] = HeaderExport(walker.table, frozenset(walker.local_names))
         return self._exports[path]
 
     def _walker(self, path: str, lexed: LexedFile, collect_gates: bool) -> Walker:
@@ -800,13 +864,14 @@ class PackageAnalyzer:
             package=self.package,
             version=self.version,
             relevant=self.relevant,
+            defined_anywhere=self.defined_anywhere,
         )
 
     def analyze(self, path: str, text: str) -> FileAnalysis:
         lexed = lex_directives(text)
         self._lexed.setdefault(path, lexed)
         walker = self._walker(path, lexed, collect_gates=True)
-        self._in_progress.add(path)
+        self._in_progress[path] = walker
         try:
             walker.run()
         except Unbalanced as exc:
@@ -814,7 +879,7 @@ class PackageAnalyzer:
                 [], [Skip(path, f"unbalanced conditionals: {exc}", self.package)], frozenset()
             )
         finally:
-            self._in_progress.discard(path)
+            del self._in_progress[path]
         derived = frozenset(
             name
             for name, stored in walker.table.items()
