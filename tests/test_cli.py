@@ -1,0 +1,197 @@
+"""The ``liftgate scan`` command end to end on small local inputs: exit codes, formats, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from liftgate.cli.main import main
+
+GATED = """\
+#pragma once
+// gate: admits sm_90 and newer, compiled out elsewhere
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1200)
+__device__ void fast() {}
+#endif
+"""
+
+
+def _package(tmp_path: Path) -> Path:
+    root = tmp_path / "pkg"
+    (root / "include").mkdir(parents=True)
+    (root / "include" / "gated.cuh").write_text(GATED)
+    return root
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIFTGATE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_fail_on_excluded_exits_1_and_0_when_admitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _package(tmp_path)
+    code, out, err = _run(["scan", str(root), "--target", "sm_120", "--fail-on", "excluded"], capsys)
+    assert code == 1
+    assert "gated.cuh" in out and "excluded" in out
+    assert "1 gate," in err and "1 excludes sm_120" in err
+    code, out, _ = _run(["scan", str(root), "--target", "sm_90", "--fail-on", "excluded"], capsys)
+    assert code == 0
+    assert "gated.cuh" not in out  # --show excluded (the default) lists nothing for sm_90
+    code, out, _ = _run(["scan", str(root), "--target", "sm_120"], capsys)
+    assert code == 0  # without --fail-on, findings are reported but do not fail
+
+
+def test_json_output_to_file_matches_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jsonschema import validate
+
+    from liftgate.report.json_format import load_schema
+
+    root = _package(tmp_path)
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    code, out, _ = _run(
+        ["scan", str(root), "-t", "rtx5090", "-t", "sm_90a", "--format", "json", "-o", str(report), "-q"],
+        capsys,
+    )
+    assert code == 0 and out == ""
+    data = json.loads(report.read_text())
+    validate(data, load_schema())
+    (gate,) = data["gates"]
+    assert gate["line"] == 3 and gate["else_kind"] == "none"
+    assert gate["status"] == {"sm_120": "excluded", "sm_90a": "admitted"}
+    assert gate["admitted_compact"] == "sm_90–sm_110 (all variants); not sm_120+"
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "sarif", "markdown"])
+def test_every_format_renders(fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["scan", str(_package(tmp_path)), "-t", "sm_120", "--format", fmt, "-q"], capsys)
+    assert code == 0
+    assert "gated.cuh" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["scan", ".", "--target", "rtx5900"], "did you mean rtx5090"),
+        (["scan", "/no/such/dir", "--target", "sm_120"], "no such file, directory or package"),
+        (["scan", ".", "--target", "sm_120", "--cuda-version", "thirteen"], "invalid CUDA version"),
+        (["scan", ".", "--target", "sm_120", "--jobs", "0"], "--jobs must be at least 1"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(_package(tmp_path))
+    code, out, err = _run(args, capsys)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_no_target_and_no_gpu_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # as if nvidia-ml-py were not installed
+    code, _, err = _run(["scan", str(_package(tmp_path))], capsys)
+    assert code == 2
+    assert "--target" in err and "Traceback" not in err
+
+
+def test_corrupt_wheel_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wheel = tmp_path / "broken-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK\x03\x04 this is not a zip archive")
+    code, _, err = _run(["scan", str(wheel), "-t", "sm_120"], capsys)
+    assert code == 2
+    assert "broken-1.0-py3-none-any.whl" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_bad_files_are_skipped_with_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _package(tmp_path)
+    inc = root / "include"
+    (inc / "binary.h").write_bytes(b"\x7fELF\x00\x00\x00#if __CUDA_ARCH__ >= 900\n")
+    (inc / "latin1.cuh").write_bytes(b"// caf\xe9\n#if __CUDA_ARCH__ >= 900\nint x;\n#endif\n")
+    (inc / "unbalanced.cuh").write_text("#if __CUDA_ARCH__ >= 800\nint y;\n")
+    (inc / "stray.cuh").write_text("int z;\n#endif\n#if __CUDA_ARCH__ >= 800\n#endif\n")
+    (inc / "huge.h").write_bytes(
+        b"#if __CUDA_ARCH__ >= 900\n" + b"// padding\n" * (2 * 1024 * 1024 // 11) + b"#endif\n"
+    )
+    os.symlink(inc, inc / "loop")
+    json_out = tmp_path / "r.json"
+    code, _, err = _run(
+        ["scan", str(root), "-t", "sm_120", "--max-file-size", "1", "--format", "json", "-o", str(json_out)],
+        capsys,
+    )
+    assert code == 0, err
+    assert "Traceback" not in err
+    data = json.loads(json_out.read_text())
+    reasons = {Path(s["path"]).name.split(":")[0]: s["reason"] for s in data["skips"]}
+    assert "binary" in reasons["binary.h"]
+    assert "UTF-8" in reasons["latin1.cuh"]
+    assert "unbalanced" in reasons["unbalanced.cuh"] and "line 1" in reasons["unbalanced.cuh"]
+    assert "unbalanced" in reasons["stray.cuh"] and "#endif at line 2" in reasons["stray.cuh"]
+    assert "limit" in reasons["huge.h"]
+    assert any("loop" in s["path"] or "symlink" in s["reason"] for s in data["skips"])
+    assert [g["path"] for g in data["gates"]] == ["include/gated.cuh"]  # nothing partial from the bad files
+    assert data["summary"]["files_skipped"] >= 5
+
+
+def test_rescan_is_served_from_cache_and_sees_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _package(tmp_path)
+    args = ["scan", str(root), "-t", "sm_120", "--format", "json", "--show", "all", "-q"]
+    _, first, _ = _run(args, capsys)
+    _, second, _ = _run(args, capsys)
+    assert json.loads(first)["gates"] == json.loads(second)["gates"]
+    header = root / "include" / "gated.cuh"
+    header.write_text(GATED.replace("< 1200", "< 1300"))
+    _, third, _ = _run(args, capsys)
+    (gate,) = json.loads(third)["gates"]
+    assert gate["status"]["sm_120"] == "admitted"
+
+
+def test_python_dash_m_and_help_are_quick() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "liftgate", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0
+    assert "scan" in proc.stdout
+    heavy = [
+        line for line in proc.stderr.splitlines() if line.rstrip().endswith(("rich", "liftgate.detect.cuda"))
+    ]
+    assert heavy == [], "liftgate --help must not import rich or the detectors"
+
+
+def test_wheel_source_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wheel = tmp_path / "minikern-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("minikern/include/gated.cuh", GATED)
+        zf.writestr(
+            "minikern-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: minikern\nVersion: 0.1\n"
+        )
+        zf.writestr("minikern-0.1.dist-info/RECORD", "")
+    code, out, _ = _run(["scan", str(wheel), "-t", "sm_121", "--format", "markdown", "-q"], capsys)
+    assert code == 0
+    assert "minikern" in out and "gated.cuh" in out
