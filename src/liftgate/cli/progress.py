@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from liftgate.sources.interface import NullObserver
+
 
 class RichObserver:
     """Implements `liftgate.sources.interface.Observer` with a transient rich progress bar."""
@@ -43,20 +45,11 @@ class RichObserver:
         self._console.print(f"[dim]{message}[/dim]", highlight=False)
 
 
-class PlainObserver:
+class PlainObserver(NullObserver):
     """Notes only, no bars (stderr is not a terminal, or --quiet for everything but notes)."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
-
-    def start(self, description: str, total: int | None = None) -> None:
-        pass
-
-    def advance(self, amount: int = 1) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
 
     def note(self, message: str) -> None:
         if not self.quiet:
