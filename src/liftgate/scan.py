@@ -229,8 +229,22 @@ class ScanCache:
     def store_result(self, key: str, gates: list[Gate], skips: list[Skip]) -> None:
         self._store(
             f"result/{key}.bin",
-            ([_gate_to_row(g) for g in gates], [(s.path, s.reason, s.package) for s in skips]),
+            (_shared([_gate_to_row(g) for g in gates]), [(s.path, s.reason, s.package) for s in skips]),
         )
+
+
+def _shared(value: object, seen: dict[object, object] | None = None) -> object:
+    """Equal strings and tuples made one object, so marshal writes each once (back-references):
+    conditions, paths and evidence repeat across thousands of gates."""
+    if seen is None:
+        seen = {}
+    if isinstance(value, list):
+        return [_shared(v, seen) for v in value]
+    if isinstance(value, tuple):
+        value = tuple(_shared(v, seen) for v in value)
+    if isinstance(value, (str, tuple)):
+        return seen.setdefault(value, value)
+    return value
 
 
 def _tag(r: IndexResult) -> str:
@@ -252,6 +266,12 @@ def _span_row(span: Span | None) -> tuple[int, int] | None:
 
 def _span_from(row: tuple[int, int] | None) -> Span | None:
     return None if row is None else Span(*row)
+
+
+_GATE_KINDS = {k.value: k for k in GateKind}
+_TRUTHS = {t.value: t for t in Truth}
+_ELSE_KINDS = {e.value: e for e in ElseKind}
+_CONFIDENCES = {c.value: c for c in Confidence}
 
 
 def _gate_to_row(g: Gate) -> tuple[object, ...]:
@@ -281,16 +301,16 @@ def _gate_from_row(row: tuple[object, ...]) -> Gate:
     package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
     return Gate(
         id=gid,  # type: ignore[arg-type]
-        kind=GateKind(kind),
+        kind=_GATE_KINDS[kind],  # type: ignore[index]
         location=Location(package, version, path, Span(start, end)),
         condition=condition,  # type: ignore[arg-type]
         admitted=ArchSet.from_mask(admitted),  # type: ignore[arg-type]
         unknown=ArchSet.from_mask(unknown),  # type: ignore[arg-type]
-        host=None if host is None else Truth(host),
+        host=None if host is None else _TRUTHS[host],  # type: ignore[index]
         then_span=_span_from(then_span),  # type: ignore[arg-type]
         else_span=_span_from(else_span),  # type: ignore[arg-type]
-        else_kind=ElseKind(else_kind),
-        confidence=Confidence(confidence),
+        else_kind=_ELSE_KINDS[else_kind],  # type: ignore[index]
+        confidence=_CONFIDENCES[confidence],  # type: ignore[index]
         evidence=tuple(Evidence(*e) for e in evidence),  # type: ignore[attr-defined]
         depends_on=depends_on,  # type: ignore[arg-type]
         directive=directive,  # type: ignore[arg-type]

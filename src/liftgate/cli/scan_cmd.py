@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         show=Show(args.show),
         kinds=frozenset(GateKind(k) for k in args.kind) if args.kind else None,
         color=to_terminal and "NO_COLOR" not in os.environ,
-        width=None,
+        width=max(80, shutil.get_terminal_size((120, 24)).columns) if to_terminal else None,
         verbose=args.verbose,
     )
     text = render(report, fmt, options)
