@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from liftgate.scan import scan
+from liftgate.scanner import scan
 from liftgate.sources import resolve_sources
 
 DEFAULT_SPECS = ["flashinfer-python==0.7.2.post1", "sglang==0.5.23"]

@@ -10,7 +10,7 @@ import pytest
 
 from liftgate.arch.core import Arch
 from liftgate.model import ElseKind, Report, Status
-from liftgate.scan import scan
+from liftgate.scanner import scan
 
 pytestmark = pytest.mark.network
 

@@ -17,6 +17,6 @@ __all__ = ["__version__", "scan"]
 
 def scan(sources: Any, targets: Any = (), **options: Any) -> Report:
     """Scan ``sources`` (paths, wheels, sdists, ``name==version``) and evaluate gates for ``targets``."""
-    from liftgate.scan import scan as _scan
+    from liftgate.scanner import scan as _scan
 
     return _scan(sources, targets, **options)

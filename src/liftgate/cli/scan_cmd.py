@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from liftgate.cli.progress import make_observer
     from liftgate.model import Status, Target
     from liftgate.report import OutputFormat, RenderOptions, Show, render, select_gates, summary_line
-    from liftgate.scan import parse_cuda_version, scan
+    from liftgate.scanner import parse_cuda_version, scan
     from liftgate.sources.interface import SourceError
 
     targets: list[Target] = []

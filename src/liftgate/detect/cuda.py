@@ -97,6 +97,14 @@ _EVAL_CACHE: dict[
     tuple[str, ...], list[tuple[tuple[str, ...], tuple[object, ...], tuple[Vec, frozenset[str], str | None]]]
 ] = {}
 _EVAL_CACHE_LIMIT = 50_000
+
+
+def clear_caches() -> None:
+    """Drop the module-level memo tables (they hold macro states of the last package scanned)."""
+    _EVAL_CACHE.clear()
+    _KIND_CACHE.clear()
+
+
 _EVAL_CACHE_VARIANTS = 4  # macro states remembered per condition text
 
 
