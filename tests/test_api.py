@@ -52,3 +52,14 @@ def test_macro_nothing_defines_is_undefined_and_said(tmp_path: Path) -> None:
     assert gate.location.line == 4 and gate.directive == "#elif"
     assert gate.status(Arch(12, 0)) is Status.ADMITTED
     assert gate.admitted.render() == "sm_120–sm_121 (all variants)"
+
+
+def test_feature_tests_are_named_as_such(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "k.cuh").write_text("#if __has_include(<cuda_fp4.h>) && __CUDA_ARCH__ >= 1000\nint x;\n#endif\n")
+    (gate,) = liftgate.scan(str(pkg), ["sm_100"], use_cache=False, cache_dir=str(tmp_path / "c")).gates
+    assert gate.status(Arch(10, 0)) is Status.UNKNOWN and gate.status(Arch(9, 0)) is Status.EXCLUDED
+    assert gate.depends_on == (
+        "__has_include(…) (a compiler feature test; its answer depends on the toolchain)",
+    )

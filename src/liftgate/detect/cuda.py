@@ -137,6 +137,16 @@ def _truth(v: Tri) -> Truth:
     return Truth.UNKNOWN if v is U else (Truth.TRUE if v else Truth.FALSE)
 
 
+_FEATURE_TESTS = frozenset(
+    {
+        "__has_include",
+        "__has_include_next",
+        "__has_builtin",
+        "__has_attribute",
+        "__has_cpp_attribute",
+        "__has_feature",
+    }
+)
 _OTHER_TOOLCHAINS = (
     "__clang__",
     "__CUDA__",
@@ -528,6 +538,8 @@ class Walker:
                 depends.append(
                     f"{name} = {shown} (assumed for CUDA {self.cuda_version[0]}.{self.cuda_version[1]})"
                 )
+            elif value is UNKNOWN_MACRO and name in _FEATURE_TESTS:
+                depends.append(f"{name}(…) (a compiler feature test; its answer depends on the toolchain)")
             elif value is UNKNOWN_MACRO:
                 depends.append(f"{name} (not defined in this file or its includes; set by the build?)")
             elif value is None and name not in self.local_names and self._assumed_undefined(name):
