@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass
 
 _SPLICE = re.compile(r"\\[ \t]*\r?\n")
-_IDENT = re.compile(r"[A-Za-z_]\w*")
 
 # Unanchored on purpose: a literal '#' lets the regex engine skip ahead, ~15x faster than a
 # multiline '^' anchor; whether the '#' starts a line is checked per match.
@@ -132,7 +131,7 @@ CONTINUATION = "\x01"  # marks a spliced backslash-newline, so physical lines ca
 _DIRECTIVE_START = re.compile(r"#[ \t]*([A-Za-z_]\w*)?")
 # Openers of the constructs that can hide a '#' or carry a directive past its line end.
 _RAW_OPEN = re.compile(r"R\"([^()\\ \t\n\x01\"]{0,16})\(")
-_LITERALS = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'")
+LITERALS = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'")
 # Precise comment removal for small slices (a directive's text, a region's lines).
 _COMMENT_OR_LITERAL = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
 _BLANKABLE = re.compile(r"[^\n\x01]")
@@ -153,7 +152,7 @@ def strip_comments(text: str) -> str:
 def _opens_in_code(prefix: str) -> bool:
     """Whether an opener after ``prefix`` (the line up to it) is code, not inside a literal or // comment."""
     if '"' in prefix or "'" in prefix:
-        prefix = _LITERALS.sub("", prefix)
+        prefix = LITERALS.sub("", prefix)
         if '"' in prefix:
             return False
     return "//" not in prefix
@@ -345,7 +344,3 @@ def _physical_lines(text: str) -> tuple[str, ...]:
         else:
             out.extend(parts)
     return tuple(out)
-
-
-def identifiers(text: str) -> list[str]:
-    return _IDENT.findall(text)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from liftgate.arch.core import TOOLKIT_MACROS, ArchSet, universe
-from liftgate.detect.cpp_lex import CONDITIONAL_KEYWORDS, Directive, LexedFile, lex_directives
+from liftgate.detect.cpp_lex import CONDITIONAL_KEYWORDS, LITERALS, Directive, LexedFile, lex_directives
 from liftgate.detect.ppexpr import (
     UNKNOWN_MACRO,
     UNKNOWN_TOKEN,
@@ -695,12 +695,9 @@ class Walker:
             self._set(macro, _recontext(stored, context), active)
 
 
-_STRING = re.compile(r"\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'")
-
-
 def _without_static_asserts(code: str) -> str:
     """``code`` minus its ``static_assert(...);`` statements (messages may hold ';' and parens)."""
-    code = _STRING.sub('""', code)
+    code = LITERALS.sub('""', code)
     out: list[str] = []
     pos = 0
     while True:
