@@ -34,6 +34,7 @@ from typing import cast
 
 from liftgate import __version__
 from liftgate.arch.core import Arch, ArchSet
+from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.cpp_lex import BUILD_FILE_EXTENSIONS, QuickIndex, build_defines, quick_index
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, relevant_macros
 from liftgate.model import (
@@ -54,6 +55,7 @@ from liftgate.sources.interface import NullObserver, Observer, Package, SourceFi
 
 CACHE_FORMAT = "scan-v3"
 DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
+DEFAULT_MAX_PY_FILE_SIZE = 4 * 1024 * 1024
 _BINARY_SNIFF = 8192
 # Below this many files, a process pool costs more than it saves.
 _POOL_THRESHOLD = 64
@@ -384,6 +386,10 @@ def _is_indexed(path: str) -> bool:
     return ext in CUDA_EXTENSIONS or ext in BUILD_FILE_EXTENSIONS
 
 
+def _is_python_or_cmake(path: str) -> bool:
+    return path.endswith(".py") or is_cmake_file(path)
+
+
 def _package_key(pkg: Package) -> str:
     h = hashlib.sha256(f"{pkg.name}\x1f{pkg.version}\x1f{pkg.origin}".encode())
     return h.hexdigest()[:24]
@@ -460,6 +466,11 @@ def scan(
             )
             all_gates.extend(gates)
             all_skips.extend(pkg_skips)
+        build_files = [f for pkg in packages for f in pkg.files if _is_python_or_cmake(f.path)]
+        files_scanned += len(build_files)
+        gates, py_skips = _scan_python_and_cmake(build_files, max_file_size, scan_cache, observer)
+        all_gates.extend(gates)
+        all_skips.extend(py_skips)
     finally:
         pool.close()
         _reset_worker()  # the in-process analysers hold whole packages' lexed headers
@@ -634,4 +645,64 @@ def _scan_package(
         )
     gates.sort(key=lambda g: (g.location.path, g.location.span.start))
     scan_cache.store_result(result_key, gates, skips)
+    return gates, skips
+
+
+# -- Python and CMake -----------------------------------------------------------------------
+
+
+def _scan_python_and_cmake(
+    files: list[SourceFile], max_file_size: int, scan_cache: ScanCache, observer: Observer
+) -> tuple[list[Gate], list[Skip]]:
+    """py-runtime, py-build and cmake gates of every package together.
+
+    Python is analysed across packages at once, so a predicate defined in one package and used in
+    another resolves exactly. The result is cached under a key made of every file's stat.
+    """
+    from liftgate.detect.pybuild import PY_BUILD_PREFILTER, detect_py_build
+    from liftgate.detect.python import PythonAnalyzer, source_from_file
+
+    if not files:
+        return [], []
+    digest = hashlib.sha256(f"python+cmake\x1f{_code_fingerprint()}\x1f{max_file_size}".encode())
+    for f in sorted(files, key=lambda f: (f.package, f.path)):
+        digest.update(f"{f.package}\x1f{f.version}\x1f{f.path}\x1f{f.size}\x1f{f.mtime_ns}\x1e".encode())
+    key = "py-" + digest.hexdigest()[:32]
+    cached = scan_cache.load_result(key)
+    if cached is not None:
+        return cached
+
+    gates: list[Gate] = []
+    skips: list[Skip] = []
+    cmake_files = [f for f in files if is_cmake_file(f.path)]
+    python_files = [f for f in files if f.path.endswith(".py")]
+    observer.start("analysing CMake files", total=len(cmake_files))
+    for f in cmake_files:
+        text = _read_text_lenient(f.fspath)
+        if text is None:
+            skips.append(Skip(f.path, "unreadable, binary or too large", f.package))
+        else:
+            detection = detect_cmake(f.package, f.version, f.path, text)
+            gates.extend(detection.gates)
+            skips.extend(detection.skips)
+        observer.advance(1)
+    observer.finish()
+
+    observer.start("analysing Python", total=None)
+    analyzer = PythonAnalyzer(
+        (source_from_file(f.package, f.version, f.path, f.fspath) for f in python_files),
+        max_file_size=min(max_file_size, DEFAULT_MAX_PY_FILE_SIZE),
+    )
+    gates.extend(analyzer.analyze())
+    for module_name in analyzer.build_candidates(PY_BUILD_PREFILTER):
+        module = analyzer.module_for_build(module_name)
+        if module is None:
+            continue
+        detection = detect_py_build(module.package, module.version, module.path, module.text, module.tree)
+        gates.extend(detection.gates)
+        skips.extend(detection.skips)
+    skips.extend(analyzer.skips)
+    observer.finish()
+    gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
+    scan_cache.store_result(key, gates, skips)
     return gates, skips

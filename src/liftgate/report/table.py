@@ -21,7 +21,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from liftgate.model import Confidence, Gate, Report, Status, Target
+from liftgate.model import Confidence, Gate, GateKind, Report, Status, Target
 from liftgate.report.interface import RenderOptions
 from liftgate.report.select import (
     admits_text,
@@ -94,7 +94,11 @@ def _layout(gates: Sequence[Gate], targets: Sequence[Target], width: int) -> _La
 
 def _details(gate: Gate) -> list[str]:
     """The verbose lines under a gate's condition: how it was resolved and what it assumes."""
-    lines = [f"evidence: {item.render()}" for item in gate.evidence]
+    if gate.kind is GateKind.PY_RUNTIME and len(gate.evidence) > 1:
+        # A resolution chain reads best as one: is_sm100 → partial(...) at common.py:309 → ...
+        lines = ["resolved: " + " → ".join(item.render() for item in gate.evidence)]
+    else:
+        lines = [f"evidence: {item.render()}" for item in gate.evidence]
     lines += [f"assumes: {assumption}" for assumption in gate.depends_on]
     if gate.host is not None:
         lines.append(f"host pass: {gate.host.value}")
