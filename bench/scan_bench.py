@@ -6,8 +6,9 @@ Default specs are flashinfer-python==0.7.2.post1 (~10k files, 427 MB unpacked) a
 Downloads and unpacked trees are cached (liftgate's user cache), so only the first run pays for
 the network. "cold" = liftgate with its scan cache disabled (every file read, indexed and parsed);
 "warm" = a second scan with the cache filled. The regex pass lists the files that have a
-preprocessor conditional on __CUDA_ARCH (what a person would grep for); it finds candidate lines,
-liftgate evaluates them for 25 targets and the host pass, follows includes and derived macros.
+preprocessor conditional on __CUDA_ARCH or a Python/CMake capability test (what a person would
+grep for); it finds candidate lines, liftgate evaluates them for every target, follows includes,
+derived macros and Python values across modules.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ from liftgate.sources import resolve_sources
 
 DEFAULT_SPECS = ["flashinfer-python==0.7.2.post1", "sglang==0.5.23"]
 GATE_REGEX = r"#\s*(if|ifdef|ifndef|elif).*__CUDA_ARCH"
+# What a person would grep for in Python and build files: capability queries, arch-named helpers,
+# JIT arch filters and arch lists.
+PY_GATE_REGEX = (
+    r"get_device_capability|has_device_capability|is_device_capability|compute_capability"
+    r"|is_sm[0-9]|supported_major_versions|gencode|CUDA_ARCHITECTURES|TORCH_CUDA_ARCH_LIST"
+)
 
 
 def _root_of(spec: str) -> tuple[str, int]:
@@ -36,10 +43,10 @@ def _root_of(spec: str) -> tuple[str, int]:
 
 def _regex_pass(root: str) -> tuple[str, float, int]:
     if shutil.which("rg"):
-        cmd = ["rg", "-l", "--no-ignore", "--hidden", "-e", GATE_REGEX, root]
+        cmd = ["rg", "-l", "--no-ignore", "--hidden", "-e", GATE_REGEX, "-e", PY_GATE_REGEX, root]
         tool = "rg"
     else:
-        cmd = ["grep", "-rlE", GATE_REGEX, root]
+        cmd = ["grep", "-rlE", "-e", GATE_REGEX, "-e", PY_GATE_REGEX, root]
         tool = "grep -rlE"
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from liftgate.arch.core import Arch
-from liftgate.model import ElseKind, Report, Status
+from liftgate.model import Confidence, ElseKind, GateKind, Report, Status
 from liftgate.scanner import scan
 
 pytestmark = pytest.mark.network
@@ -70,6 +70,64 @@ def test_062_cutlass_derived_macro_through_angle_include(report_062: Report) -> 
     assert "CUTLASS_ARCH_MMA_SM90A_ENABLED" in evidence
     assert "cutlass/include/cutlass/arch/config.h" in evidence
     assert "__CUDA_ARCH_FEAT_SM90_ALL" in evidence
+
+
+def test_062_jit_comm_module_build_filter_excludes_sm120(report_062: Report) -> None:
+    gates = [
+        g
+        for g in report_062.gates
+        if g.location.path == "flashinfer/jit/comm.py" and g.kind is GateKind.PY_BUILD and g.location.line == 61
+    ]
+    assert len(gates) == 1, [(g.location.line, g.condition) for g in report_062.gates if "jit/comm.py" in g.location.path]
+    gate = gates[0]
+    assert "supported_major_versions=[9, 10]" in gate.condition
+    assert gate.else_kind is ElseKind.ERROR
+    assert gate.status(SM["sm_120"]) is Status.EXCLUDED
+    assert gate.status(SM["sm_90"]) is Status.ADMITTED and gate.status(SM["sm_100a"]) is Status.ADMITTED
+    evidence = " ".join(e.render() for e in gate.evidence)
+    for source in ("trtllm_allreduce.cu", "trtllm_allreduce_fusion.cu", "trtllm_moe_allreduce_fusion.cu"):
+        assert source in evidence
+    assert "trtllm_comm" in evidence
+
+
+SGLANG_FUSION = "sglang/srt/layers/flashinfer_comm_fusion.py"
+
+
+@pytest.fixture(scope="module")
+def report_sglang() -> Report:
+    return scan(["sglang==0.5.23"], ["sm_120", "sm_90"])
+
+
+def test_sglang_allreduce_fusion_backend_guard(report_sglang: Report) -> None:
+    gates = [g for g in report_sglang.gates if g.location.path == SGLANG_FUSION and g.location.line == 48]
+    assert len(gates) == 1
+    gate = gates[0]
+    assert gate.kind is GateKind.PY_RUNTIME
+    assert gate.condition == "not (get_platform().is_sm90 or get_platform().is_sm100)"
+    assert gate.confidence is Confidence.EXACT
+    assert gate.else_kind is ElseKind.ERROR  # `if not ARCH: raise` admits ARCH
+    assert {(a.major, a.minor) for a in gate.admitted} == {(9, 0), (10, 0), (10, 3)}
+    assert gate.status(SM["sm_120"]) is Status.EXCLUDED
+    assert gate.status(SM["sm_90"]) is Status.ADMITTED
+    chain = " → ".join(e.render() for e in gate.evidence)
+    for step in (
+        "PlatformContext.__getattr__",
+        "_PLATFORM_PROBES['is_sm100'] → 'is_sm100_supported'",
+        "partial( _check_cuda_device_version, device_capability_majors=[10]",
+        "sglang/srt/utils/common.py:309",
+        "get_device_sm() // 10 in device_capability_majors",
+        "torch.cuda.get_device_capability()",
+    ):
+        assert step in chain, step
+    assert any("torch.version.cuda" in d for d in gate.depends_on)
+
+
+def test_sglang_python_gates_need_no_import(report_sglang: Report) -> None:
+    kinds = {g.kind for g in report_sglang.gates}
+    assert {GateKind.PY_RUNTIME, GateKind.CUDA_PP} <= kinds
+    inferred = [g for g in report_sglang.gates if g.confidence is Confidence.INFERRED]
+    assert all(g.kind is not GateKind.CUDA_PP for g in inferred)
+    assert "torch" not in sys.modules  # static analysis only
 
 
 def test_072_upstream_dropped_the_sm120_bound() -> None:

@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from liftgate.arch.core import ArchSet
 from liftgate.detect.pyvalues import (
     AV,
+    MAX_SET,
     NONE,
     TOP,
+    TOP_SET,
     ArchList,
     BoundMethod,
     Builtin,
@@ -475,7 +477,7 @@ class Interpreter:
         if kind == "from":
             assert isinstance(extra, tuple)
             source, attr = extra
-            return self.import_from(str(source), str(attr))
+            return self.import_from(str(source), str(attr), module.path, getattr(node, "lineno", None))
         frame = _Frame(module, {}, {})
         assert isinstance(node, ast.expr)
         value = self.eval(node, frame)
@@ -490,7 +492,7 @@ class Interpreter:
             value = value.with_trail(step)
         return value
 
-    def import_from(self, source: str, attr: str) -> AV:
+    def import_from(self, source: str, attr: str, path: str | None = None, line: int | None = None) -> AV:
         dotted = f"{source}.{attr}" if source else attr
         if attr in _MODEL_WINS:
             return const(ExternalRef(dotted))
@@ -502,7 +504,9 @@ class Interpreter:
             return TOP
         if self.has_module(dotted):
             return self._module_value(dotted)
-        return const(ExternalRef(dotted))
+        # `from deep_gemm.utils import is_sm90`: the definition is not in sight, its name is.
+        inferred = inferred_predicate(attr, path, line)
+        return inferred if inferred is not None else const(ExternalRef(dotted))
 
     def function_value(
         self,
@@ -528,7 +532,11 @@ class Interpreter:
             return frame.env[name]
         if name in frame.lazy:
             source, attr = frame.lazy.pop(name)
-            value = self._module_value(attr) if source == "module" else self.import_from(source, attr)
+            value = (
+                self._module_value(attr)
+                if source == "module"
+                else self.import_from(source, attr, frame.module.path, getattr(node, "lineno", None))
+            )
             frame.env[name] = value
             return value
         if name in frame.closure:
@@ -709,21 +717,43 @@ class Interpreter:
     def _dict_lookup(
         self, d: DictObj, key: AV, frame: _Frame, node: ast.AST, default: AV | None = None
     ) -> AV:
-        results = []
-        for k in _elements(key):
-            found = d.get(k)
+        # Lane by lane: `BY_MAJOR.get(major)` with a device-dependent key is a device-dependent value.
+        expr_text = frame.module.segment(node) if isinstance(node, ast.expr) else ""
+        by_key: dict[object, AV] = {}
+
+        def value_for(k: object) -> AV:
+            cached = by_key.get(k)
+            if cached is not None:
+                return cached
+            found = None if _is_marker(k) else d.get(k)
             if found is None:
-                results.append(default if default is not None else TOP)
+                value = default if default is not None and not _is_marker(k) else TOP
             else:
                 where = d.where
-                shown = _render_lookup(
-                    frame.module.segment(node) if isinstance(node, ast.expr) else "", k, found
+                step = Evidence(
+                    _render_lookup(expr_text, k, found),
+                    where.path if where else None,
+                    where.line if where else None,
                 )
-                step = Evidence(shown, where.path if where else None, where.line if where else None)
-                results.append(found.with_trail(step))
-        if any(_is_marker(k) for k in key.sets[0]) or not results:
-            results.append(TOP)
-        return join(results).with_trail(*key.trail) if key.trail else join(results)
+                value = found.with_trail(step)
+            by_key[k] = value
+            return value
+
+        try:
+            lanes = [[value_for(k) for k in s] for s in key.sets]
+        except TypeError:  # an unhashable key
+            return TOP
+        parts = list(by_key.values())
+        if not parts:
+            return TOP
+        n = 1 if key.uniform and all(p.uniform for p in parts) else lane_count()
+        sets: list[frozenset[object]] = []
+        for i in range(n):
+            acc: set[object] = set()
+            for value in lanes[0 if key.uniform else i]:
+                acc |= value.lane(i)
+            sets.append(frozenset(acc) if len(acc) <= MAX_SET else TOP_SET)
+        return combine([key, *parts], sets)
 
     def _eval_Attribute(self, node: ast.Attribute, frame: _Frame) -> AV:
         base = self.eval(node.value, frame)
@@ -780,6 +810,11 @@ class Interpreter:
         dotted = f"{ref.dotted}.{name}"
         if name not in _MODEL_WINS and self.has_module(dotted):
             return self._module_value(dotted)
+        if name not in _MODEL_WINS and not self.has_module(ref.dotted):
+            # `deep_gemm.utils.is_sm90()` from a library outside the scan: read from the name.
+            inferred = inferred_predicate(name, frame.module.path, getattr(node, "lineno", None))
+            if inferred is not None:
+                return inferred
         return const(ExternalRef(dotted))
 
     def _class_attribute(
@@ -929,10 +964,24 @@ class Interpreter:
         return TOP
 
     def call(self, func: AV, args: list[AV], kwargs: dict[str, AV], frame: _Frame, node: ast.AST) -> AV:
-        results = []
-        for element in _elements(func):
-            results.append(self._call_one(element, args, kwargs, frame, node))
-        value = join(results) if results else TOP
+        if func.inferred and all(isinstance(x, bool) for x in _elements(func)):
+            # A predicate known only by its name (`is_sm90`, read as a flag): its call reads the same.
+            return func
+        results = {element: self._call_one(element, args, kwargs, frame, node) for element in _elements(func)}
+        if not results:
+            value = TOP
+        elif func.uniform:
+            value = join(results.values())
+        else:
+            # A callee that differs between devices (`cap.to_int` bound to each lane's capability):
+            # each lane takes the results of its own callees, or `.to_int()` forgets the device.
+            sets: list[frozenset[object]] = []
+            for i in range(lane_count()):
+                acc: set[object] = set()
+                for element in func.lane(i):
+                    acc |= results[element].lane(i)
+                sets.append(frozenset(acc) if len(acc) <= MAX_SET else TOP_SET)
+            value = combine(list(results.values()), sets)
         if func.trail and value.arch:
             value = value.with_trail(*func.trail)
             value = AV(
