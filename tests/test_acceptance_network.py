@@ -76,9 +76,13 @@ def test_062_jit_comm_module_build_filter_excludes_sm120(report_062: Report) -> 
     gates = [
         g
         for g in report_062.gates
-        if g.location.path == "flashinfer/jit/comm.py" and g.kind is GateKind.PY_BUILD and g.location.line == 61
+        if g.location.path == "flashinfer/jit/comm.py"
+        and g.kind is GateKind.PY_BUILD
+        and g.location.line == 61
     ]
-    assert len(gates) == 1, [(g.location.line, g.condition) for g in report_062.gates if "jit/comm.py" in g.location.path]
+    assert len(gates) == 1, [
+        (g.location.line, g.condition) for g in report_062.gates if "jit/comm.py" in g.location.path
+    ]
     gate = gates[0]
     assert "supported_major_versions=[9, 10]" in gate.condition
     assert gate.else_kind is ElseKind.ERROR

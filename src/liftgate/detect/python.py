@@ -39,6 +39,7 @@ from liftgate.detect.pyvalues import (
     Builtin,
     Cap,
     ClassRef,
+    DeviceProps,
     DictObj,
     ExternalRef,
     FuncRef,
@@ -786,6 +787,14 @@ class Interpreter:
         value = join(results) if results else TOP
         if base.arch or base.trail:
             value = combine([base, value], list(value.sets))
+        if (
+            plain
+            and name == "name"
+            and value.arch
+            and any(isinstance(x, DeviceProps) for x in _elements(base))
+        ):
+            # `get_device_properties(0).name`: what a product name says is read from the product list.
+            value = AV(value.sets, True, value.trail, value.deps)
         return value
 
     def _unknown_attribute(self, name: str, frame: _Frame, node: ast.AST) -> AV:
@@ -848,14 +857,16 @@ class Interpreter:
             if isinstance(stmt, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == name for t in stmt.targets
             ):
-                return self.eval(stmt.value, _Frame(info.module, {}, {}))
+                scope = self._class_scope(cls, info, stmt, frame, node, depth)
+                return self.eval(stmt.value, _Frame(info.module, scope, {}))
             if (
                 isinstance(stmt, ast.AnnAssign)
                 and isinstance(stmt.target, ast.Name)
                 and stmt.target.id == name
                 and stmt.value
             ):
-                return self.eval(stmt.value, _Frame(info.module, {}, {}))
+                scope = self._class_scope(cls, info, stmt, frame, node, depth)
+                return self.eval(stmt.value, _Frame(info.module, scope, {}))
         for base in info.node.bases:
             base_value = self.eval(base, _Frame(info.module, {}, {}))
             for element in _elements(base_value):
@@ -864,6 +875,31 @@ class Interpreter:
                     if found is not None:
                         return found
         return None
+
+    def _class_scope(
+        self, cls: ClassRef, info: _Class, stmt: ast.stmt, frame: _Frame, node: ast.AST, depth: int
+    ) -> dict[str, AV]:
+        """The class-body names bound before ``stmt`` that it reads: ``block = 128 if hopper else 64``
+        sees the ``hopper = …`` above it, not a module global."""
+        read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        bound: set[str] = set()
+        for earlier in info.node.body:
+            if earlier is stmt:
+                break
+            if isinstance(earlier, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(earlier.name)
+            elif isinstance(earlier, ast.Assign):
+                bound.update(t.id for t in earlier.targets if isinstance(t, ast.Name))
+            elif (
+                isinstance(earlier, ast.AnnAssign) and isinstance(earlier.target, ast.Name) and earlier.value
+            ):
+                bound.add(earlier.target.id)
+        scope: dict[str, AV] = {}
+        for name in sorted(read & bound):
+            found = self._class_attribute(cls, name, None, frame, node, depth + 1)
+            if found is not None:
+                scope[name] = found
+        return scope
 
     def _instance_attribute(self, inst: Instance, name: str, frame: _Frame, node: ast.AST) -> AV:
         found = self._class_attribute(inst.cls, name, inst, frame, node)
@@ -1163,12 +1199,37 @@ class Interpreter:
     def _exec_Assign(self, stmt: ast.Assign, frame: _Frame) -> None:
         self._scan_expression(stmt.value, frame)
         value = self.eval(stmt.value, frame)
+        if frame.sink is not None and not frame.scope:
+            value = self._module_level_binding(stmt, value, frame)
         for target in stmt.targets:
             self._assign(target, value, frame)
             if value.arch and isinstance(target, ast.Attribute):
                 self.arch_names.add(
                     target.attr
                 )  # `self.use_fast = is_sm100()`: methods reading it deserve a walk
+
+    def _module_level_binding(self, stmt: ast.Assign, value: AV, frame: _Frame) -> AV:
+        """A module global assigned in the module walk. The functions walked after it read this value
+        (their closure), not `global_value`'s, so it carries the same evidence step; and a global
+        predicate built with ``partial`` (``has_tcgen05 = lru_cache()(partial(_at_least, 10))``) is
+        called once, so functions using it by an innocent name are walked too."""
+        names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+        partials = [x for x in _elements(value) if isinstance(x, PartialRef)]
+        if names and partials and not value.arch:
+            called = self.call(value, [], {}, frame, stmt)
+            if called.arch:
+                self.arch_names.update(names)
+        if value.arch or partials or any(isinstance(x, FuncRef) for x in _elements(value)):
+            shown = " = ".join(frame.module.segment(t) for t in stmt.targets)
+            step = Evidence(
+                f"{shown} = {_short(frame.module.segment(stmt.value), 140)}",
+                frame.module.path,
+                getattr(stmt.value, "lineno", None),
+            )
+            value = value.with_trail(step)
+            if value.arch:
+                self.arch_names.update(names)
+        return value
 
     def _exec_AnnAssign(self, stmt: ast.AnnAssign, frame: _Frame) -> None:
         if stmt.value is not None:
@@ -1199,7 +1260,7 @@ class Interpreter:
         value = NONE if stmt.value is None else self.eval(stmt.value, frame)
         if stmt.value is not None:
             self._scan_expression(stmt.value, frame)
-            if frame.sink is not None and _is_boolean_expr(stmt.value):
+            if frame.sink is not None and (_is_boolean_expr(stmt.value) or _is_boolean_value(value)):
                 frame.sink.add(
                     stmt, stmt.value, value, "return", frame.scope, guard=False, else_kind=ElseKind.NONE,
                     then_span=None, else_span=None,
@@ -1339,12 +1400,18 @@ class Interpreter:
     _exec_TryStar = _exec_Try
 
     def _exec_FunctionDef(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, frame: _Frame) -> None:
+        # Decorators and defaults run where the function is defined: Triton autotune configs
+        # (`for p in (["tf32"] if is_tf32_supported else ["ieee"])`) pick by architecture there.
+        for expr in (*stmt.decorator_list, *stmt.args.defaults, *(d for d in stmt.args.kw_defaults if d)):
+            self._scan_expression(expr, frame)
         closure = {**frame.closure, **frame.env} if frame.env or frame.closure else None
         frame.env[stmt.name] = self.function_value(frame.module, stmt, closure, stmt.name, None)
 
     _exec_AsyncFunctionDef = _exec_FunctionDef
 
     def _exec_ClassDef(self, stmt: ast.ClassDef, frame: _Frame) -> None:
+        for expr in stmt.decorator_list:
+            self._scan_expression(expr, frame)
         frame.env[stmt.name] = const(self.class_ref(frame.module, stmt, stmt.name))
 
     def _exec_Import(self, stmt: ast.Import, frame: _Frame) -> None:
@@ -1530,6 +1597,8 @@ class Interpreter:
         self._steps = 0
         with contextlib.suppress(RecursionError):
             self.exec_block(body, frame)
+        if cls is not None:  # a class body: `Config.block` read elsewhere deserves a walk, like `self.x`
+            self.arch_names.update(name for name, value in frame.env.items() if value.arch)
         for stmt in _nested_definitions(body):
             if isinstance(stmt, ast.ClassDef):
                 ref = self.class_ref(frame.module, stmt, ".".join((*scope, stmt.name)))
@@ -1550,14 +1619,19 @@ class Interpreter:
         env: dict[str, AV] = {}
         spec = stmt.args
         params = [*spec.posonlyargs, *spec.args]
+        defaults: list[ast.expr | None] = [None] * (len(params) - len(spec.defaults)) + list(spec.defaults)
+        kw_defaults = dict(zip((p.arg for p in spec.kwonlyargs), spec.kw_defaults, strict=True))
+        module_frame = _Frame(frame.module, {}, dict(frame.closure))
         for i, param in enumerate(params):
-            env[param.arg] = self._param_value(param.arg, frame.module, param)
+            env[param.arg] = self._param_value(param.arg, frame.module, param, defaults[i], module_frame)
             if i == 0 and cls is not None:
                 decorators = {_decorator_name(d) for d in stmt.decorator_list}
                 if "staticmethod" not in decorators:
                     env[param.arg] = const(cls if "classmethod" in decorators else Instance(cls))
         for param in spec.kwonlyargs:
-            env[param.arg] = self._param_value(param.arg, frame.module, param)
+            env[param.arg] = self._param_value(
+                param.arg, frame.module, param, kw_defaults[param.arg], module_frame
+            )
         if spec.vararg:
             env[spec.vararg.arg] = TOP
         if spec.kwarg:
@@ -1568,9 +1642,33 @@ class Interpreter:
         if any(value.arch for value, _ in inner.returns):
             self.arch_names.add(stmt.name)
 
-    def _param_value(self, name: str, module: Module, node: ast.AST) -> AV:
+    def _param_value(
+        self,
+        name: str,
+        module: Module,
+        node: ast.AST,
+        default: ast.expr | None = None,
+        frame: _Frame | None = None,
+    ) -> AV:
+        """A parameter's value while walking its function: read from its name (``is_sm90``), or its
+        default where that is a list of names (``ref_gpus=("h100", "h200")``: the list the function
+        is written for), else unknown."""
         inferred = inferred_predicate(name, module.path, getattr(node, "lineno", None))
-        return inferred if inferred is not None else TOP
+        if inferred is not None:
+            return inferred
+        # Only lists of names: a flag default (`is_multi_node: bool = False`, `dot_precision: int = 0`,
+        # `enable_es=(False, False)`) is what callers override, and fixing it kills the branches it picks.
+        if (
+            default is not None
+            and frame is not None
+            and isinstance(default, (ast.Tuple, ast.List))
+            and default.elts
+            and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in default.elts)
+        ):
+            value = self.eval(default, frame)
+            if not value.is_top():
+                return value.with_deps([f"{name} has its default value"])
+        return TOP
 
 
 def _nested_definitions(
@@ -1611,6 +1709,9 @@ def _is_marker(value: object) -> bool:
 
 
 def _is_unknown(value: AV) -> bool:
+    """A fact the detector cannot pin down: not one definite value (``is_MI300()`` → True or False)."""
+    if not value.uniform or len(value.sets[0]) != 1:
+        return True
     return any(
         _is_marker(x) or (isinstance(x, Opaque) and not isinstance(x, (FuncRef, PartialRef, ClassRef)))
         for s in value.sets
@@ -1745,7 +1846,7 @@ def _short_circuit(values: list[AV], stop_when: bool) -> AV:
                 pending = False
                 break
         del pending
-        sets.append(frozenset(out) if len(out) <= 24 else frozenset(TOP.sets[0]))
+        sets.append(frozenset(out) if len(out) <= MAX_SET else TOP_SET)
     return combine(values, sets)
 
 
@@ -1824,6 +1925,11 @@ def _is_boolean_expr(node: ast.expr) -> bool:
     return isinstance(node, (ast.Compare, ast.BoolOp)) or (
         isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)
     )
+
+
+def _is_boolean_value(value: AV) -> bool:
+    """Every possible value is a bool (``return any(g in name for g in GPUS)``)."""
+    return all(isinstance(x, bool) or _is_marker(x) for s in value.sets for x in s)
 
 
 def _iterate(value: AV) -> AV | None:
@@ -2205,7 +2311,13 @@ class PythonAnalyzer:
 
     def _prefilter(self, name: str) -> bool:
         data = self._bytes(name)
-        return data is not None and runtime_prefilter(data)
+        if data is None:
+            # Never parsed, so `_parse` would not report it: an unreadable file must still be a Skip.
+            src = self._sources[name]
+            self.skips.append(Skip(src.path, "cannot read", src.package))
+            self._modules[name] = None
+            return False
+        return runtime_prefilter(data)
 
     def build_candidates(self, pattern: re.Pattern[bytes]) -> Iterator[str]:
         """Modules whose bytes match a build detector's prefilter."""

@@ -26,8 +26,9 @@ from liftgate.arch.core import arch_data
 from liftgate.detect.runtime_arch import capabilities
 from liftgate.model import Evidence
 
-# Beyond this many possible values on one lane, the lane becomes "anything".
-MAX_SET = 24
+# Beyond this many possible values on one lane, the lane becomes "anything". Room for every
+# device name of one capability (26 on 8.6): `name.lower()` must not forget the device.
+MAX_SET = 48
 MAX_PRODUCT = 256
 MAX_TRAIL = 14
 
