@@ -788,3 +788,22 @@ def test_062_every_python_file_is_read_without_skips(flashinfer_062: Package) ->
     assert core[133].admitted == archs("sm_120a")  # sm120a_nvcc_flags
     assert core[131].admitted == archs("sm_100f", "sm_103f")  # sm100f_nvcc_flags
     assert len({g.id for g in found}) == len(found)
+
+
+def test_deepspeed_style_compute_capability_string_and_additions() -> None:
+    source = (
+        'DEFAULT_COMPUTE_CAPABILITIES = "6.0;6.1;7.0"\n'
+        "def get_default_compute_capabilities(cuda):\n"
+        "    compute_caps = DEFAULT_COMPUTE_CAPABILITIES\n"
+        "    if cuda >= 12:\n"
+        '        compute_caps += ";8.0;8.6;9.0"\n'
+        '    compute_caps += ""\n'
+        "    return compute_caps\n"
+    )
+    from liftgate.detect.pybuild import detect_py_build
+
+    gates = {g.location.line: g for g in detect_py_build("ds", None, "op_builder/builder.py", source).gates}
+    assert sorted(gates) == [1, 5]
+    assert gates[1].admitted.names() == ["sm_70"]
+    assert gates[5].admitted.names() == ["sm_80", "sm_86", "sm_90"]
+    assert "adds" in gates[5].evidence[0].text

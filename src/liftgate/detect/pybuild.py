@@ -53,6 +53,8 @@ _ARCH_LIST_WORDS = (
 )
 _ARCH_LIST_SPELLINGS = [spelling for word in _ARCH_LIST_WORDS for spelling in (word, word.upper())]
 _ARCH_LIST_NAME = re.compile(rf"(?:^|_)(?:{'|'.join(_ARCH_LIST_SPELLINGS)})$")
+# Variables holding a TORCH_CUDA_ARCH_LIST-style string ("6.0;6.1;7.0"), as DeepSpeed's op builder does.
+_ARCH_STRING_NAME = re.compile(r"(?i)(?:^|_)(?:compute_caps?|compute_capabilities|cuda_arch_list)$")
 
 # Every construct this detector reports contains a match of this pattern (an env switch read through
 # a constant contains the constant's name, and the constant's definition a match). Each alternative
@@ -64,6 +66,8 @@ _HINT_PATTERN = "|".join(
         "-gencode",
         "-code",  # also --generate-code, --gpu-code
         "CUDA_ARCH_LIST",
+        "compute_caps",  # DeepSpeed's default list, built up with `compute_caps += ";8.0"`
+        "COMPUTE_CAPABILITIES",
         *(rf"{word}_?SM_?[0-9]{{2}}" for word in ("ENABLE", "DISABLE", "BUILD", "USE", "WITH")),
         r"SM_?[0-9]{2,3}[AF]?_?(?:ENABLE|DISABLE|BUILD|KERNEL)",
         # an arch-list name assigned or passed as a keyword (not compared: ==)
@@ -639,6 +643,8 @@ class _FileScan:
             self._assign(node)
         elif isinstance(node, ast.AnnAssign):
             self._annotated_assign(node)
+        elif isinstance(node, ast.AugAssign):
+            self._augmented_assign(node)
         elif isinstance(node, ast.Dict):
             self._dict(node)
         elif isinstance(node, ast.Subscript):
@@ -1292,7 +1298,21 @@ class _FileScan:
                 if key in _ARCH_LIST_ENV_VARS:
                     self._arch_list_env(node, key, node.value, "is set to")
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            self._arch_list_constant(node, node.targets[0].id, node.value)
+            name = node.targets[0].id
+            if _ARCH_STRING_NAME.search(name) and isinstance(node.value, ast.Constant):
+                self._arch_list_env(node, name, node.value, "is set to")
+            else:
+                self._arch_list_constant(node, name, node.value)
+
+    def _augmented_assign(self, node: ast.AugAssign) -> None:
+        """``compute_caps += ";8.0"``: each addition to an arch-list string is its own gate."""
+        if (
+            isinstance(node.op, ast.Add)
+            and isinstance(node.target, ast.Name)
+            and _ARCH_STRING_NAME.search(node.target.id)
+            and isinstance(node.value, ast.Constant)
+        ):
+            self._arch_list_env(node, node.target.id, node.value, "adds")
 
     def _annotated_assign(self, node: ast.AnnAssign) -> None:
         if isinstance(node.target, ast.Name) and node.value is not None:
