@@ -467,7 +467,7 @@ def scan(
             all_gates.extend(gates)
             all_skips.extend(pkg_skips)
         build_files = [f for pkg in packages for f in pkg.files if _is_python_or_cmake(f.path)]
-        files_scanned += len(build_files)
+        files_scanned += sum(1 for f in build_files if not _is_indexed(f.path))  # the rest were counted above
         gates, py_skips = _scan_python_and_cmake(build_files, max_file_size, scan_cache, observer)
         all_gates.extend(gates)
         all_skips.extend(py_skips)
