@@ -59,6 +59,7 @@ from liftgate.detect.pyvalues import (
     device_props_value,
     freeze,
     inferred_predicate,
+    is_marker,
     join,
     lane_count,
     lift,
@@ -319,8 +320,6 @@ class _GateSink:
         start = getattr(node, "lineno", 1)
         end = getattr(condition, "end_lineno", None) or start
         evidence = value.trail
-        if value.deps:
-            pass
         self.gates.append(
             Gate(
                 id=gate_id(
@@ -726,9 +725,9 @@ class Interpreter:
             cached = by_key.get(k)
             if cached is not None:
                 return cached
-            found = None if _is_marker(k) else d.get(k)
+            found = None if is_marker(k) else d.get(k)
             if found is None:
-                value = default if default is not None and not _is_marker(k) else TOP
+                value = default if default is not None and not is_marker(k) else TOP
             else:
                 where = d.where
                 step = Evidence(
@@ -764,7 +763,7 @@ class Interpreter:
         results: list[AV] = []
         plain = False
         for element in _elements(base):
-            if _is_marker(element):
+            if is_marker(element):
                 results.append(self._unknown_attribute(name, frame, node))
             elif isinstance(element, ModuleRef):
                 module = self.module(element.name)
@@ -987,17 +986,14 @@ class Interpreter:
         args: list[AV] = []
         for a in node.args:
             if isinstance(a, ast.Starred):
-                return self._opaque_call(func)
+                return TOP  # *args: the arguments cannot be bound
             args.append(self.eval(a, frame))
         kwargs: dict[str, AV] = {}
         for kw in node.keywords:
             if kw.arg is None:
-                return self._opaque_call(func)
+                return TOP  # **kwargs: the arguments cannot be bound
             kwargs[kw.arg] = self.eval(kw.value, frame)
         return self.call(func, args, kwargs, frame, node)
-
-    def _opaque_call(self, func: AV) -> AV:
-        return TOP
 
     def call(self, func: AV, args: list[AV], kwargs: dict[str, AV], frame: _Frame, node: ast.AST) -> AV:
         if func.inferred and all(isinstance(x, bool) for x in _elements(func)):
@@ -1489,9 +1485,6 @@ class Interpreter:
     def _eval_Lambda(self, node: ast.Lambda, frame: _Frame) -> AV:
         return self.function_value(frame.module, node, {**frame.closure, **frame.env}, "<lambda>", None)
 
-    def _eval_Starred(self, node: ast.Starred, frame: _Frame) -> AV:
-        return TOP
-
     # models of device APIs and builtins
 
     def _call_model(
@@ -1704,16 +1697,12 @@ def _fmt(value: object) -> str:
     raise Unsupported("format")
 
 
-def _is_marker(value: object) -> bool:
-    return type(value).__name__ == "_Marker"
-
-
 def _is_unknown(value: AV) -> bool:
     """A fact the detector cannot pin down: not one definite value (``is_MI300()`` → True or False)."""
     if not value.uniform or len(value.sets[0]) != 1:
         return True
     return any(
-        _is_marker(x) or (isinstance(x, Opaque) and not isinstance(x, (FuncRef, PartialRef, ClassRef)))
+        is_marker(x) or (isinstance(x, Opaque) and not isinstance(x, (FuncRef, PartialRef, ClassRef)))
         for s in value.sets
         for x in s
     )
@@ -1826,7 +1815,6 @@ def _short_circuit(values: list[AV], stop_when: bool) -> AV:
     sets = []
     for i in range(n):
         out: set[object] = set()
-        pending = True
         for index, value in enumerate(values):
             lane = value.lane(i)
             last = index == len(values) - 1
@@ -1843,9 +1831,7 @@ def _short_circuit(values: list[AV], stop_when: bool) -> AV:
                 else:
                     continuing = True
             if not continuing:
-                pending = False
                 break
-        del pending
         sets.append(frozenset(out) if len(out) <= MAX_SET else TOP_SET)
     return combine(values, sets)
 
@@ -1929,7 +1915,7 @@ def _is_boolean_expr(node: ast.expr) -> bool:
 
 def _is_boolean_value(value: AV) -> bool:
     """Every possible value is a bool (``return any(g in name for g in GPUS)``)."""
-    return all(isinstance(x, bool) or _is_marker(x) for s in value.sets for x in s)
+    return all(isinstance(x, bool) or is_marker(x) for s in value.sets for x in s)
 
 
 def _iterate(value: AV) -> AV | None:
@@ -2079,12 +2065,6 @@ def _map_model(
     return lift(
         lambda v: tuple(convert(x) for x in v) if isinstance(v, (tuple, frozenset)) else _raise(), args[1]
     )
-
-
-def _dict_get_or_top(
-    interp: Interpreter, args: list[AV], kwargs: dict[str, AV], frame: _Frame, node: ast.AST
-) -> AV:
-    return TOP
 
 
 def _range_model(

@@ -209,17 +209,10 @@ def truth_lanes(value: AV) -> list[str]:
     out = []
     for i in range(lane_count()):
         s = value.lane(i)
-        seen = set()
+        seen: set[bool] = set()
         for v in s:
-            if isinstance(v, _Marker):
-                seen.add(v.truthy)
-            elif isinstance(v, Opaque):
-                seen.update((True, False))
-            else:
-                try:
-                    seen.add(bool(v))
-                except Exception:
-                    seen.update((True, False))
+            t = truthiness(v)
+            seen.update((True, False) if t is None else (t,))
         if seen == {True}:
             out.append(Truth3.TRUE)
         elif seen == {False} or not seen:
@@ -227,6 +220,11 @@ def truth_lanes(value: AV) -> list[str]:
         else:
             out.append(Truth3.MAYBE)
     return out
+
+
+def is_marker(value: object) -> bool:
+    """One of the "anything" markers (`ANY_TRUE`, `ANY_FALSE`)."""
+    return isinstance(value, _Marker)
 
 
 def truthiness(value: object) -> bool | None:
