@@ -2,20 +2,25 @@
 
 Every fixture is built in ``tmp_path`` (small real-looking wheels, sdists and site-packages);
 pip is either faked at `liftgate.sources.index._run_pip` or pointed at a local find-links
-directory, so nothing here touches the network (see test_sources_network.py for that).
+directory, and ``--sdist`` downloads come from `FakeIndex`, a simple index served on 127.0.0.1,
+so nothing here touches the network (see test_sources_network.py for that).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
 import tarfile
+import threading
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -781,21 +786,32 @@ def test_sdist_that_needs_its_build_backend_is_retried_with_build_isolation(
     assert ["--no-build-isolation" in command for command in pip.commands] == [True, True, False]
 
 
-def test_sdist_build_failure_message_names_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    no_wheel = (
-        "ERROR: Could not find a version that satisfies the requirement demo-pkg==1.0 (from versions: none)\n"
-    )
-    build_failed = (
-        "  error: subprocess-exited-with-error\n      error: no compiler found\n"
-        "error: metadata-generation-failed\nhint: See above for details.\n"
-    )
+NO_WHEEL = (
+    "ERROR: Could not find a version that satisfies the requirement demo-pkg==1.0 (from versions: none)\n"
+)
+BUILD_FAILED = (
+    "  error: subprocess-exited-with-error\n      error: no compiler found\n"
+    "error: metadata-generation-failed\nhint: See above for details.\n"
+)
+
+
+def test_sdist_build_failure_message_names_the_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
+) -> None:
     monkeypatch.setattr(
         index_module,
         "_run_pip",
-        FakePip(tmp_path, (1, no_wheel, None), (1, build_failed, None), (1, build_failed, None)),
+        FakePip(tmp_path, (1, NO_WHEEL, None), (1, BUILD_FAILED, None), (1, BUILD_FAILED, None)),
     )
+    observer = RecordingObserver()
     with pytest.raises(SourceError, match=r"^demo-pkg==1\.0 has no wheel .*\(no compiler found\); download"):
-        resolve_sources(["demo-pkg==1.0"], cache_dir=str(tmp_path / "cache"))
+        resolve_sources(["demo-pkg==1.0"], cache_dir=str(tmp_path / "cache"), observer=observer)
+    # The fallback to the index was tried (the fake index has no demo-pkg) and said why it failed.
+    assert any(
+        note.startswith("downloading the sdist of demo-pkg==1.0 directly failed too: ")
+        for note in observer.notes
+    )
+    assert not (tmp_path / "cache" / "downloads" / "demo-pkg").exists()
 
 
 def test_offline_uses_only_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -851,6 +867,324 @@ def test_real_pip_from_a_local_find_links_directory(tmp_path: Path, monkeypatch:
         SourceError, match=r"^demo-pkg==9\.9 is not on the package index; available: 1\.2\.3$"
     ):
         resolve_sources(["demo-pkg==9.9"], cache_dir=str(cache))
+
+
+# --- --sdist: the sdist straight from the index (a fake index on 127.0.0.1) ----------------
+
+
+class FakeIndex:
+    """A simple index on 127.0.0.1: PEP 691 JSON to clients that ask for it (unless ``html_only``),
+    PEP 503 HTML with ``#sha256=`` fragments otherwise, and the files under ``/files/``."""
+
+    def __init__(self) -> None:
+        self.html_only = False
+        self.projects: dict[
+            str, list[tuple[str, str, bool]]
+        ] = {}  # name -> (filename, listed sha256, yanked)
+        self.blobs: dict[str, bytes] = {}
+        self.requests: list[tuple[str, str]] = []  # (path, Accept)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+        self.closed = False
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root}/simple/"
+
+    def add(self, path: Path, *, listed_sha256: str | None = None, yanked: bool = False) -> None:
+        data = path.read_bytes()
+        self.blobs[path.name] = data
+        digest = listed_sha256 or hashlib.sha256(data).hexdigest()
+        self.projects.setdefault("demo-pkg", []).append((path.name, digest, yanked))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.server.shutdown()
+            self.server.server_close()
+
+    def _page(self, name: str, accept: str) -> tuple[str, bytes]:
+        files = self.projects[name]
+        if not self.html_only and "application/vnd.pypi.simple.v1+json" in accept:
+            entries = [
+                {"filename": f, "url": f"{self.root}/files/{f}", "hashes": {"sha256": h}, "yanked": y}
+                for f, h, y in files
+            ]
+            page = {"meta": {"api-version": "1.1"}, "name": name, "files": entries}
+            return "application/vnd.pypi.simple.v1+json", json.dumps(page).encode()
+        anchors = "".join(
+            f'<a href="../../files/{f}#sha256={h}"{" data-yanked" if y else ""}>{f}</a><br/>\n'
+            for f, h, y in files
+        )
+        return "text/html", f"<!DOCTYPE html><html><body>\n{anchors}</body></html>\n".encode()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                accept = self.headers.get("Accept", "")
+                index.requests.append((self.path, accept))
+                parts = self.path.strip("/").split("/")
+                if len(parts) == 2 and parts[0] == "simple" and parts[1] in index.projects:
+                    content_type, body = index._page(parts[1], accept)
+                elif len(parts) == 2 and parts[0] == "files" and parts[1] in index.blobs:
+                    content_type, body = "application/octet-stream", index.blobs[parts[1]]
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def fake_index(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeIndex]:
+    """The only index pip is configured with; pip itself must not run unless a test fakes it."""
+    index = FakeIndex()
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no pip.conf of this machine, nor its extra indexes
+    monkeypatch.setenv("PIP_INDEX_URL", index.url)
+    for variable in ("PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+
+    def no_pip(*args: object) -> tuple[int, str]:
+        raise AssertionError("--sdist must not run pip")
+
+    monkeypatch.setattr(index_module, "_run_pip", no_pip)
+    yield index
+    index.close()
+
+
+def release(tmp_path: Path, version: str, kind: str = "sdist") -> Path:
+    """An sdist ``demo-pkg-VERSION.tar.gz`` or a wheel ``demo_pkg-VERSION-py3-none-any.whl`` in its own directory."""
+    directory = tmp_path / "dist" / f"{kind}-{version}"
+    directory.mkdir(parents=True)
+    if kind == "wheel":
+        return make_wheel(directory, version=version)
+    return make_sdist(directory, top=f"demo-pkg-{version}")
+
+
+def test_sdist_is_downloaded_from_the_json_page_then_reused(tmp_path: Path, fake_index: FakeIndex) -> None:
+    fake_index.add(release(tmp_path, "1.0", "wheel"))
+    fake_index.add(release(tmp_path, "1.0"))
+    cache = tmp_path / "cache"
+    observer = RecordingObserver()
+    [package], _ = resolve_sources(["Demo_Pkg==1.0"], cache_dir=str(cache), observer=observer, sdist=True)
+    assert (package.name, package.version, package.origin) == ("demo-pkg", "1.0", "Demo_Pkg==1.0")
+    assert "csrc/gate.cu" in paths_of(package), "the sdist, not the wheel beside it"
+    saved = cache / "downloads" / "demo-pkg" / "1.0" / "sdist"
+    assert [p.name for p in saved.iterdir()] == ["demo-pkg-1.0.tar.gz"], "no temporary file is left"
+    assert [path for path, _ in fake_index.requests] == ["/simple/demo-pkg/", "/files/demo-pkg-1.0.tar.gz"]
+    assert "application/vnd.pypi.simple.v1+json" in fake_index.requests[0][1]
+    assert len(observer.started) == observer.finished
+
+    again = RecordingObserver()
+    [reused], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), observer=again, sdist=True)
+    assert "csrc/gate.cu" in paths_of(reused)
+    assert len(fake_index.requests) == 2, "a pinned sdist in the cache is not fetched again"
+    assert "using demo-pkg-1.0.tar.gz from the cache" in again.notes
+
+
+def test_sdist_from_an_html_page_is_checked_against_the_url_fragment(
+    tmp_path: Path, fake_index: FakeIndex
+) -> None:
+    fake_index.html_only = True
+    fake_index.add(release(tmp_path, "1.0"))
+    cache = tmp_path / "cache"
+    [package], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), sdist=True)
+    assert "csrc/gate.cu" in paths_of(package)
+    assert (cache / "downloads" / "demo-pkg" / "1.0" / "sdist" / "demo-pkg-1.0.tar.gz").is_file()
+
+
+@pytest.mark.parametrize("html_only", [False, True], ids=["json", "html"])
+def test_sdist_that_does_not_match_the_listed_hash_leaves_nothing_behind(
+    tmp_path: Path, fake_index: FakeIndex, html_only: bool
+) -> None:
+    fake_index.html_only = html_only
+    fake_index.add(release(tmp_path, "1.0"), listed_sha256="0" * 64)
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError) as caught:
+        resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), sdist=True)
+    message = str(caught.value)
+    assert message.startswith(
+        "demo-pkg-1.0.tar.gz (the sdist of demo-pkg==1.0) does not match the sha256 the package index "
+        "lists (0000000000000000…, got "
+    )
+    assert message.endswith(
+        "so it was not kept; run again, and if it persists check the index or the proxy in between"
+    )
+    assert "\n" not in message
+    assert not (cache / "downloads" / "demo-pkg").exists(), (
+        "neither the bad file nor its directories are left"
+    )
+
+
+def test_version_without_an_sdist_lists_what_exists(tmp_path: Path, fake_index: FakeIndex) -> None:
+    for version in ("1.0", "1.1", "2.1rc1"):
+        fake_index.add(release(tmp_path, version))
+    fake_index.add(release(tmp_path, "2.0", "wheel"))
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError) as only_wheel:
+        resolve_sources(["demo-pkg==2.0"], cache_dir=str(cache), sdist=True)
+    assert str(only_wheel.value) == (
+        "demo-pkg==2.0 has no sdist on the package index, only demo_pkg-2.0-py3-none-any.whl; "
+        "scan it without --sdist, or pass a source tree"
+    )
+    with pytest.raises(SourceError) as no_such_version:
+        resolve_sources(["demo-pkg==9.9"], cache_dir=str(cache), sdist=True)
+    assert str(no_such_version.value) == (
+        "no sdist of demo-pkg==9.9 is on the package index; versions with an sdist: 1.0, 1.1 (and 1 more)"
+    )
+    with pytest.raises(SourceError, match=r"^no such file, directory or package: zzz==1\.0 \(the package"):
+        resolve_sources(["zzz==1.0"], cache_dir=str(cache), sdist=True)
+    assert not (cache / "downloads").exists() or not any((cache / "downloads").iterdir())
+
+    # Unpinned: the newest final release with an sdist; a pre-release only when nothing else matches.
+    resolve_sources(["demo-pkg"], cache_dir=str(cache), sdist=True)
+    resolve_sources(["demo-pkg>=2"], cache_dir=str(cache), sdist=True)
+    saved = sorted(
+        p.relative_to(cache / "downloads" / "demo-pkg").as_posix() for p in cache.rglob("*.tar.gz")
+    )
+    assert saved == ["1.1/sdist/demo-pkg-1.1.tar.gz", "2.1rc1/sdist/demo-pkg-2.1rc1.tar.gz"]
+
+
+def test_unreachable_index_is_a_one_line_error_without_its_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://user:s3cret@127.0.0.1:{port}/simple/")
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError) as caught:
+        resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), sdist=True)
+    assert str(caught.value) == (
+        f"cannot reach the package index at http://127.0.0.1:{port}/simple/ to fetch the sdist of "
+        "demo-pkg==1.0 (Connection refused); check the network, or pass a local sdist/directory"
+    )
+    assert not (cache / "downloads").exists()
+
+
+def test_sdist_in_the_cache_is_used_offline(tmp_path: Path, fake_index: FakeIndex) -> None:
+    fake_index.add(release(tmp_path, "1.0"))
+    cache = tmp_path / "cache"
+    resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), sdist=True)
+    fake_index.close()
+    served = len(fake_index.requests)
+
+    observer = RecordingObserver()
+    [package], _ = resolve_sources(
+        ["demo-pkg==1.0"], cache_dir=str(cache), observer=observer, offline=True, sdist=True
+    )
+    assert "csrc/gate.cu" in paths_of(package)
+    assert "using demo-pkg-1.0.tar.gz from the cache" in observer.notes
+    [unpinned], _ = resolve_sources(["demo-pkg"], cache_dir=str(cache), offline=True, sdist=True)
+    assert unpinned.version == "1.0"
+    assert len(fake_index.requests) == served
+
+    # What --sdist saved is not what a plain scan of the version gets, nor does a cached wheel stand in for an sdist.
+    with pytest.raises(
+        SourceError, match=r"^demo-pkg==1\.0 is not in the cache at .* and liftgate is offline"
+    ):
+        resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), offline=True)
+    wheel_dir = cache / "downloads" / "demo-pkg" / "3.0"
+    wheel_dir.mkdir()
+    release(tmp_path, "3.0", "wheel").rename(wheel_dir / "demo_pkg-3.0-py3-none-any.whl")
+    with pytest.raises(SourceError) as caught:
+        resolve_sources(["demo-pkg==3.0"], cache_dir=str(cache), offline=True, sdist=True)
+    assert str(caught.value) == (
+        f"the sdist of demo-pkg==3.0 is not in the cache at {cache} and liftgate is offline; "
+        "run once without --offline or pass a local sdist/directory"
+    )
+
+
+def test_file_index_among_the_extra_indexes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
+) -> None:
+    """An extra index may be a local PEP 503 tree (``file://``); one that does not exist is passed over."""
+    sdist = release(tmp_path, "1.0")
+    local = tmp_path / "pypi"
+    (local / "simple" / "demo-pkg").mkdir(parents=True)
+    (local / "files").mkdir()
+    sdist.rename(local / "files" / sdist.name)
+    digest = hashlib.sha256((local / "files" / sdist.name).read_bytes()).hexdigest()
+    (local / "simple" / "demo-pkg" / "index.html").write_text(
+        f'<html><body><a href="../../files/{sdist.name}#sha256={digest}">{sdist.name}</a></body></html>\n'
+    )
+    missing = (tmp_path / "no-such-index" / "simple").as_uri()
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", f"{missing} {(local / 'simple').as_uri()}")
+    cache = tmp_path / "cache"
+    [package], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), sdist=True)
+    assert "csrc/gate.cu" in paths_of(package)
+    assert [path for path, _ in fake_index.requests] == ["/simple/demo-pkg/"], "asked the main index first"
+
+
+def test_pip_that_cannot_prepare_the_sdist_falls_back_to_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
+) -> None:
+    fake_index.add(release(tmp_path, "1.0"))
+    pip = FakePip(tmp_path, (1, NO_WHEEL, None), (1, BUILD_FAILED, None), (1, BUILD_FAILED, None))
+    monkeypatch.setattr(index_module, "_run_pip", pip)
+    cache = tmp_path / "cache"
+    observer = RecordingObserver()
+    [package], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), observer=observer)
+    assert "csrc/gate.cu" in paths_of(package)
+    assert len(pip.commands) == 3
+    assert (
+        "pip could not prepare the sdist of demo-pkg==1.0 (no compiler found); "
+        "downloading it from the package index without building it"
+    ) in observer.notes
+    # Saved where pip would have saved it, so the next plain scan reuses it without pip.
+    assert (cache / "downloads" / "demo-pkg" / "1.0" / "demo-pkg-1.0.tar.gz").is_file()
+    [again], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache))
+    assert len(pip.commands) == 3
+    assert "csrc/gate.cu" in paths_of(again)
+
+
+def test_index_settings_follow_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in list(os.environ):
+        if variable.startswith("PIP_") or variable == "SSL_CERT_FILE":
+            monkeypatch.delenv(variable)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    assert index_module.IndexSettings.from_pip() == index_module.IndexSettings()
+    assert index_module.IndexSettings().urls == ("https://pypi.org/simple/",)
+
+    config = tmp_path / "pip.conf"
+    config.write_text(
+        "[global]\nindex-url = https://mirror.example/simple\n"
+        "extra-index-url =\n    file:///opt/pypi/simple\n    https://other.example/simple\n"
+        "cert = /etc/ssl/custom.pem\ntimeout = 30\n"
+        "[download]\ntimeout = 7\n"
+    )
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    settings = index_module.IndexSettings.from_pip()
+    assert settings.urls == (
+        "https://mirror.example/simple",
+        "file:///opt/pypi/simple",
+        "https://other.example/simple",
+    )
+    assert (settings.cert, settings.timeout_s) == ("/etc/ssl/custom.pem", 7.0)
+
+    monkeypatch.setenv("PIP_INDEX_URL", "https://env.example/simple/")
+    assert index_module.IndexSettings.from_pip().index_url == "https://env.example/simple/"
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    assert index_module.IndexSettings.from_pip().urls == ()
+    with pytest.raises(SourceError, match=r"^pip is configured not to use a package index \(no-index\)"):
+        resolve_sources(["demo-pkg==1.0"], cache_dir=str(tmp_path / "cache"), sdist=True)
 
 
 # --- cache location -------------------------------------------------------------------------

@@ -421,6 +421,7 @@ def scan(
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     offline: bool = False,
     observer: Observer | None = None,
+    sdist: bool = False,
 ) -> Report:
     """Scan sources for architecture gates and evaluate them for ``targets``.
 
@@ -446,7 +447,7 @@ def scan(
         notes.append(f"toolkit-version conditions evaluated for CUDA {cuda_version[0]}.{cuda_version[1]}")
     cache_root_dir = Path(cache_root(cache_dir))
     packages, skips = resolve_sources(
-        specs, env=env, cache_dir=str(cache_root_dir), observer=observer, offline=offline
+        specs, env=env, cache_dir=str(cache_root_dir), observer=observer, offline=offline, sdist=sdist
     )
     scan_cache = ScanCache(cache_root_dir if use_cache else None)
     pool = _Pool(jobs or max(1, min(os.cpu_count() or 1, 8)))

@@ -70,6 +70,14 @@ def configure_parser(subparsers: Any) -> None:
         "--offline", action="store_true", help="never contact the package index; use the cache only"
     )
     p.add_argument(
+        "--sdist",
+        action="store_true",
+        help=(
+            "fetch source distributions for NAME==VERSION specs: the C/C++/CUDA sources that wheels "
+            "leave out; downloaded from the index without building"
+        ),
+    )
+    p.add_argument(
         "--max-file-size", type=int, metavar="MB", default=16, help="skip source files larger than this"
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
@@ -129,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             max_file_size=args.max_file_size * 1024 * 1024,
             offline=args.offline,
             observer=observer,
+            sdist=args.sdist,
         )
     except SourceError as exc:
         return _error(str(exc))

@@ -3,8 +3,9 @@
 `resolve_sources` accepts, per spec: a directory (a source tree, or a site-packages or
 virtualenv, read as an environment), a wheel or sdist (unpacked once into the cache), a lone
 file, ``env:PATH`` (an installed environment), or a requirement such as ``name==version``
-(fetched with pip into the cache, never installed). With no spec and no ``env`` it reads the
-running interpreter's environment. Problems with single files are `Skip`s; a spec that cannot
+(fetched with pip into the cache, never installed; with ``sdist=True`` its sdist, downloaded
+from the index without building it). With no spec and no ``env`` it reads the running
+interpreter's environment. Problems with single files are `Skip`s; a spec that cannot
 be resolved at all raises `SourceError` with a one-line message saying what to do.
 """
 
@@ -81,11 +82,12 @@ def _single_file_package(path: str, origin: str) -> Package:
 
 
 class _Resolver:
-    def __init__(self, cache_dir: str | None, observer: Observer, offline: bool) -> None:
+    def __init__(self, cache_dir: str | None, observer: Observer, offline: bool, sdist: bool = False) -> None:
         self._cache_dir = cache_dir
         self._cache: str | None = None
         self.observer = observer
         self.offline = offline
+        self.sdist = sdist
 
     @property
     def cache(self) -> str:
@@ -127,7 +129,9 @@ class _Resolver:
 
     def _resolve_requirement(self, spec: str, requirement: Requirement) -> tuple[list[Package], list[Skip]]:
         request = FetchRequest.parse(spec, requirement)
-        archive, reused = fetch(request, cache_root=self.cache, observer=self.observer, offline=self.offline)
+        archive, reused = fetch(
+            request, cache_root=self.cache, observer=self.observer, offline=self.offline, sdist=self.sdist
+        )
         try:
             package, skips = open_archive(archive, origin=spec, cache_root=self.cache, observer=self.observer)
         except CorruptArchiveError:
@@ -141,7 +145,9 @@ class _Resolver:
                 raise SourceError(
                     f"{archive} in the cache is damaged and cannot be removed ({exc.strerror or exc}); delete it by hand"
                 ) from exc
-            archive, _ = fetch(request, cache_root=self.cache, observer=self.observer, reuse=False)
+            archive, _ = fetch(
+                request, cache_root=self.cache, observer=self.observer, reuse=False, sdist=self.sdist
+            )
             package, skips = open_archive(archive, origin=spec, cache_root=self.cache, observer=self.observer)
         return [package], skips
 
@@ -153,14 +159,17 @@ def resolve_sources(
     cache_dir: str | None = None,
     observer: Observer | None = None,
     offline: bool = False,
+    sdist: bool = False,
 ) -> tuple[list[Package], list[Skip]]:
     """The packages named by ``specs`` (and the environment ``env``), and what could not be listed.
 
+    ``sdist=True`` fetches the sdist of each requirement spec (the sources wheels leave out) from
+    the package index without building it; paths and environments are read as they are.
     Raises `SourceError` when a spec cannot be resolved at all.
     """
     if isinstance(specs, str):
         specs = [specs]  # a lone string is one spec, not a sequence of one-letter specs
-    resolver = _Resolver(cache_dir, observer or NullObserver(), offline)
+    resolver = _Resolver(cache_dir, observer or NullObserver(), offline, sdist)
     packages: list[Package] = []
     skips: list[Skip] = []
     if env is not None:

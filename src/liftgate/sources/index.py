@@ -7,21 +7,46 @@ version already in ``<cache>/downloads/<name>/<version>/`` is reused without run
 unpinned name always asks pip (the newest release may have changed) and reuses what pip reports.
 pip's failures are turned into one-line `SourceError`s: unknown version (with the versions the
 index has), unreachable index, sdist that cannot be prepared, timeout.
+
+An sdist can also be downloaded straight from the index, without pip (`download_sdist`): pip
+prepares an sdist's metadata before saving it, which runs the sdist's build (vLLM's imports
+torch), while liftgate only wants the archive. That path reads the index settings pip would use
+(`IndexSettings.from_pip`), the project page of each index (PEP 691 JSON, else PEP 503 HTML;
+``file://`` indexes too), picks the sdist of the wanted version, and streams it into a temporary
+file checked against the hash the index lists before it is renamed into place. ``sdist=True``
+(``--sdist``) takes that path and keeps its downloads in ``<version>/sdist/``, so a plain scan of
+the same version still gets the wheel; without it, the path is the fallback when pip cannot
+prepare an sdist.
 """
 
 from __future__ import annotations
 
+import ast
+import base64
+import contextlib
+import hashlib
+import http.client
+import json
 import os
+import posixpath
 import re
+import secrets
+import ssl
 import subprocess
 import sys
-from collections.abc import Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import IO
+from urllib.parse import unquote, urldefrag, urljoin, urlsplit, urlunsplit
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
+from liftgate import __version__
 from liftgate.sources.archive import archive_kind, filename_name_version
 from liftgate.sources.interface import NullObserver, Observer, SourceError
 
@@ -48,6 +73,21 @@ _NETWORK_TROUBLE = (
     "connection error:",
 )
 _BUILD_TROUBLE = ("metadata-generation-failed", "subprocess-exited-with-error", "Preparing metadata")
+
+DEFAULT_INDEX_URL = "https://pypi.org/simple/"
+HTTP_TIMEOUT_S = 60.0  # per connect or read, as pip's --timeout; pip's own setting wins
+PIP_CONFIG_TIMEOUT_S = 30
+SDIST_DIR = "sdist"  # under <cache>/downloads/<name>/<version>/: what --sdist downloaded
+_SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+_ACCEPT = f"{_SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+_USER_AGENT = f"liftgate/{__version__}"
+# pip download reads these sections of its configuration, the first one setting an option winning;
+# "install" comes last because a mirror configured only for installs is still the user's mirror.
+_CONFIG_SECTIONS = (":env:", "download", "global", "install")
+_TRUE_WORDS = ("1", "true", "yes", "on", "y")
+_DOWNLOAD_CHUNK = 1 << 20
+_MB = 1_000_000  # the unit of download progress
+_SHOWN_FILES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +139,13 @@ class FetchRequest:
         return None
 
 
-def cached_archive(request: FetchRequest, cache_root: str) -> str | None:
-    """The best archive already downloaded for ``request``: a wheel before an sdist, newest first."""
+def cached_archive(request: FetchRequest, cache_root: str, *, sdist: bool = False) -> str | None:
+    """The best archive already downloaded for ``request``, newest first.
+
+    By default a wheel before an sdist, from what pip saved. With ``sdist`` only sdists count,
+    also those that ``--sdist`` saved under ``<version>/sdist/`` (which the default ignores, so
+    a plain scan of a version fetched once with ``--sdist`` still gets its wheel).
+    """
     base = os.path.join(cache_root, "downloads", request.name)
     try:
         labels = os.listdir(base)
@@ -108,16 +153,22 @@ def cached_archive(request: FetchRequest, cache_root: str) -> str | None:
         return None
     candidates: list[tuple[bool, Version, str]] = []
     for label in labels:
-        directory = os.path.join(base, label)
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            continue
-        for filename in names:
-            version = request.matches(filename)
-            path = os.path.join(directory, filename)
-            if version is not None and os.path.isfile(path):
-                candidates.append((archive_kind(filename) == "wheel", version, path))
+        directories = [os.path.join(base, label)]
+        if sdist:
+            directories.append(os.path.join(base, label, SDIST_DIR))
+        for directory in directories:
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            for filename in names:
+                version = request.matches(filename)
+                path = os.path.join(directory, filename)
+                if version is None or not os.path.isfile(path):
+                    continue
+                is_wheel = archive_kind(filename) == "wheel"
+                if not (sdist and is_wheel):
+                    candidates.append((is_wheel, version, path))
     if not candidates:
         return None
     return max(candidates)[2]
@@ -249,6 +300,547 @@ def _remove_empty_dirs(directory: str, stop: str) -> None:
         directory = os.path.dirname(directory)
 
 
+# -- an sdist straight from the index, without pip ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSettings:
+    """Where pip is configured to look for releases, and how it talks to them."""
+
+    index_url: str = DEFAULT_INDEX_URL
+    extra_index_urls: tuple[str, ...] = ()
+    cert: str | None = None  # a CA bundle file or directory; None: the system's
+    timeout_s: float = HTTP_TIMEOUT_S
+    proxy: str | None = None
+    no_index: bool = False
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The indexes to read, the main one first."""
+        return () if self.no_index else (self.index_url, *self.extra_index_urls)
+
+    @classmethod
+    def from_pip(cls) -> IndexSettings:
+        """The settings ``pip download`` would use: ``PIP_*`` variables, then pip's configuration files."""
+        values = _pip_config_values()
+
+        def option(*names: str) -> str | None:
+            for section in _CONFIG_SECTIONS:
+                for name in names:
+                    value = values.get(f"{section}.{name}", "").strip()
+                    if value:
+                        return value
+            return None
+
+        timeout_s = HTTP_TIMEOUT_S
+        configured_timeout = option("timeout", "default-timeout")
+        if configured_timeout:
+            with contextlib.suppress(ValueError):
+                timeout_s = max(1.0, float(configured_timeout))
+        return cls(
+            index_url=option("index-url") or DEFAULT_INDEX_URL,
+            extra_index_urls=tuple((option("extra-index-url") or "").split()),
+            cert=option("cert") or os.environ.get("SSL_CERT_FILE") or None,
+            timeout_s=timeout_s,
+            proxy=option("proxy"),
+            no_index=(option("no-index") or "").lower() in _TRUE_WORDS,
+        )
+
+
+def _pip_config_values() -> dict[str, str]:
+    """pip's configuration as ``section.key`` → value: the files through ``pip config list`` (one
+    subprocess, so every file pip reads is honoured), the ``PIP_*`` variables read directly (they
+    win, and still work when pip cannot run)."""
+    values: dict[str, str] = {}
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PIP_CONFIG_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        completed = None
+    if completed is not None and completed.returncode == 0:
+        for line in completed.stdout.decode("utf-8", "replace").splitlines():
+            key, sep, raw = line.partition("=")
+            if sep:
+                values[key.strip()] = _config_value(raw)
+    for variable, value in os.environ.items():
+        if variable.startswith("PIP_"):
+            values[":env:." + variable[4:].lower().replace("_", "-")] = value
+    return values
+
+
+def _config_value(raw: str) -> str:
+    """A value as ``pip config list`` prints it (``repr`` of a string)."""
+    raw = raw.strip()
+    try:
+        return str(ast.literal_eval(raw))
+    except (ValueError, SyntaxError):
+        return raw.strip("'\"")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFile:
+    """One file an index lists for a project."""
+
+    filename: str
+    url: str  # absolute, without the fragment
+    digest: tuple[str, str] | None  # (hashlib algorithm, lowercase hex) that the index lists
+    yanked: bool
+
+
+class _IndexTrouble(Exception):
+    """Internal: an index or a file could not be read; the message is the reason, for a `SourceError`."""
+
+
+def _redact(url: str) -> str:
+    """``url`` without the credentials it may carry, for messages."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _network_reason(exc: BaseException) -> str:
+    reason: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, TimeoutError):
+        return "timed out"
+    if isinstance(reason, OSError) and reason.strerror:
+        return str(reason.strerror)
+    return str(reason) or type(reason).__name__
+
+
+def _pick_digest(hashes: Mapping[str, str]) -> tuple[str, str] | None:
+    """The hash to check a download against: sha256 when listed, else another one hashlib always has."""
+    for algorithm in ("sha256", *sorted(hashes)):
+        value = hashes.get(algorithm)
+        if (
+            isinstance(value, str)
+            and algorithm in hashlib.algorithms_guaranteed
+            and re.fullmatch(r"[0-9A-Fa-f]+", value)
+        ):
+            return algorithm, value.lower()
+    return None
+
+
+class _AnchorParser(HTMLParser):
+    """The links of a PEP 503 project page (and its ``<base>``, if any)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.base: str | None = None
+        self.anchors: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "base" and self.base is None and found.get("href"):
+            self.base = found["href"]
+        elif tag == "a" and found.get("href"):
+            self.anchors.append(found)
+
+
+def _parse_html_page(text: str, page_url: str) -> list[IndexFile]:
+    parser = _AnchorParser()
+    parser.feed(text)
+    parser.close()
+    base = urljoin(page_url, parser.base) if parser.base else page_url
+    files: list[IndexFile] = []
+    for anchor in parser.anchors:
+        url, fragment = urldefrag(urljoin(base, anchor["href"] or ""))
+        algorithm, sep, value = fragment.partition("=")
+        files.append(
+            IndexFile(
+                filename=unquote(posixpath.basename(urlsplit(url).path)),
+                url=url,
+                digest=_pick_digest({algorithm: value}) if sep else None,
+                yanked="data-yanked" in anchor,
+            )
+        )
+    return files
+
+
+def _parse_json_page(body: bytes, page_url: str) -> list[IndexFile]:
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise _IndexTrouble(f"its JSON project page is malformed: {exc}") from exc
+    entries = data.get("files") if isinstance(data, dict) else None
+    files: list[IndexFile] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        filename, url, hashes = entry.get("filename"), entry.get("url"), entry.get("hashes")
+        if not isinstance(filename, str) or not isinstance(url, str):
+            continue
+        listed = {str(k): v for k, v in hashes.items()} if isinstance(hashes, dict) else {}
+        files.append(
+            IndexFile(
+                filename=filename,
+                url=urldefrag(urljoin(page_url, url))[0],
+                digest=_pick_digest(listed),
+                yanked=entry.get("yanked") not in (None, False),
+            )
+        )
+    return files
+
+
+class _IndexClient:
+    """Reads project pages and files: http(s) through urllib with pip's certificates, proxy and
+    timeout, ``file://`` from disk. Credentials in an index URL are sent, as basic auth, to that
+    host only and never along a redirect."""
+
+    def __init__(self, settings: IndexSettings) -> None:
+        self.settings = settings
+        self._opener: urllib.request.OpenerDirector | None = None
+        self._credentials: dict[str, str] = {}  # host[:port] -> Authorization header value
+
+    def project_files(self, index_url: str, name: str) -> list[IndexFile] | None:
+        """What ``index_url`` lists for project ``name``; None when it has no such project."""
+        page_url = f"{index_url.rstrip('/')}/{name}/"
+        if urlsplit(page_url).scheme.lower() in ("file", ""):  # a file:// URL or a plain path
+            path = os.path.join(urllib.request.url2pathname(urlsplit(page_url).path), "index.html")
+            try:
+                with open(path, "rb") as stream:
+                    body = stream.read()
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # no such project there, or no such local index at all
+            except OSError as exc:
+                raise _IndexTrouble(exc.strerror or str(exc)) from exc
+            return _parse_html_page(body.decode("utf-8", "replace"), page_url)
+        request = self._request(page_url)
+        request.add_header("Accept", _ACCEPT)
+        try:
+            with self._open(request) as response:
+                content_type = response.headers.get_content_type()
+                charset = response.headers.get_content_charset() or "utf-8"
+                body = response.read()
+                final_url = response.geturl()
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            if exc.code in (404, 410):
+                return None
+            raise _IndexTrouble(f"HTTP {exc.code} {exc.reason}") from exc
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise _IndexTrouble(_network_reason(exc)) from exc
+        if content_type == _SIMPLE_JSON:
+            return _parse_json_page(body, final_url)
+        return _parse_html_page(body.decode(charset, "replace"), final_url)
+
+    def open_file(self, url: str) -> tuple[IO[bytes], int | None]:
+        """A stream of the file at ``url`` and its size when known."""
+        if urlsplit(url).scheme.lower() in ("file", ""):
+            try:
+                stream = open(urllib.request.url2pathname(urlsplit(url).path), "rb")  # noqa: SIM115 (the caller closes it)
+                return stream, os.fstat(stream.fileno()).st_size
+            except OSError as exc:
+                raise _IndexTrouble(exc.strerror or str(exc)) from exc
+        try:
+            response = self._open(self._request(url))
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            raise _IndexTrouble(f"HTTP {exc.code} {exc.reason}") from exc
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise _IndexTrouble(_network_reason(exc)) from exc
+        length = response.headers.get("Content-Length", "")
+        return response, int(length) if length.isdigit() else None
+
+    def _request(self, url: str) -> urllib.request.Request:
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("http", "https"):
+            raise _IndexTrouble(f"liftgate reads http, https and file indexes, not {parts.scheme}")
+        userinfo, at, host = parts.netloc.rpartition("@")
+        if at:
+            user, _, password = userinfo.partition(":")
+            token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+            self._credentials[host.lower()] = f"Basic {token}"
+            url = urlunsplit(parts._replace(netloc=host))
+        request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
+        authorization = self._credentials.get(host.lower())
+        if authorization is not None:
+            request.add_unredirected_header("Authorization", authorization)
+        return request
+
+    def _open(self, request: urllib.request.Request) -> http.client.HTTPResponse:
+        if self._opener is None:
+            handlers: list[urllib.request.BaseHandler] = [
+                urllib.request.HTTPSHandler(context=self._ssl_context())
+            ]
+            if self.settings.proxy:
+                proxy = self.settings.proxy
+                handlers.append(urllib.request.ProxyHandler({"http": proxy, "https": proxy}))
+            self._opener = urllib.request.build_opener(*handlers)
+        response: http.client.HTTPResponse = self._opener.open(request, timeout=self.settings.timeout_s)
+        return response
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        cert = self.settings.cert
+        try:
+            if cert and os.path.isdir(cert):
+                return ssl.create_default_context(capath=cert)
+            return ssl.create_default_context(cafile=cert or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise SourceError(
+                f"cannot load the certificates in {cert} (pip's cert setting, PIP_CERT or SSL_CERT_FILE): "
+                f"{exc.strerror or exc}; point the setting at a CA bundle or unset it"
+            ) from exc
+
+
+def _safe_filename(filename: str) -> bool:
+    return bool(filename) and "/" not in filename and "\\" not in filename and not filename.startswith(".")
+
+
+def _sdist_version(file: IndexFile, name: str) -> Version | None:
+    """The version of ``file`` when it is an sdist (``.tar.gz`` or ``.zip``) of project ``name``."""
+    if not _safe_filename(file.filename):
+        return None
+    try:
+        parsed_name, version = parse_sdist_filename(file.filename)
+    except InvalidSdistFilename:
+        return None
+    return version if canonicalize_name(parsed_name) == name else None
+
+
+def _pick_sdist(request: FetchRequest, files: Sequence[IndexFile]) -> tuple[IndexFile, Version] | None:
+    """The sdist to fetch: of the pinned version (even yanked, as PEP 592 allows for ``==``), or the
+    newest unyanked version the specifier allows (a pre-release only when no final one is there)."""
+    sdists = [(version, f) for f in files if (version := _sdist_version(f, request.name)) is not None]
+    specifier = request.requirement.specifier
+    if request.pinned is not None:
+        wanted = [(v, f) for v, f in sdists if specifier.contains(v, prereleases=True)]
+    else:
+        live = [(v, f) for v, f in sdists if not f.yanked]
+        allowed = set(specifier.filter({v for v, _ in live}))
+        wanted = [(v, f) for v, f in live if v in allowed]
+    if not wanted:
+        return None
+    newest = max(v for v, _ in wanted)
+    candidates = [f for v, f in wanted if v == newest]
+    # Unyanked, with a hash to check, a .tar.gz: in that order.
+    best = min(candidates, key=lambda f: (f.yanked, f.digest is None, not f.filename.endswith(".tar.gz")))
+    return best, newest
+
+
+def _listed(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN_FILES])
+    others = len(names) - _SHOWN_FILES
+    return shown + (f" and {others} more" if others > 0 else "")
+
+
+def _no_sdist_message(request: FetchRequest, files: Sequence[IndexFile]) -> str:
+    spec = request.spec
+    if request.pinned is not None:
+        same_version = sorted({f.filename for f in files if request.matches(f.filename) is not None})
+        if same_version:
+            return (
+                f"{spec} has no sdist on the package index, only {_listed(same_version)}; "
+                "scan it without --sdist, or pass a source tree"
+            )
+    versions = sorted({v for f in files if (v := _sdist_version(f, request.name)) is not None})
+    if versions:
+        return (
+            f"no sdist of {spec} is on the package index; versions with an sdist: "
+            f"{_format_versions(', '.join(str(v) for v in versions))}"
+        )
+    return (
+        f"{request.requirement.name} has no sdist on the package index, only wheels; "
+        "scan it without --sdist, or pass a source tree"
+    )
+
+
+def _find_sdist(request: FetchRequest, client: _IndexClient, observer: Observer) -> tuple[IndexFile, Version]:
+    """The sdist of ``request`` on the configured indexes, read in order; a pinned version stops at
+    the first index that has it, an unpinned one reads them all for the newest."""
+    files: list[IndexFile] = []
+    trouble: list[tuple[str, str]] = []  # (index URL, reason)
+    known = False
+    picked: tuple[IndexFile, Version] | None = None
+    for index_url in client.settings.urls:
+        try:
+            listed = client.project_files(index_url, request.name)
+        except _IndexTrouble as exc:
+            trouble.append((index_url, str(exc)))
+            continue
+        if listed is None:
+            continue
+        known = True
+        files.extend(listed)
+        picked = _pick_sdist(request, files)
+        if picked is not None and request.pinned is not None:
+            break
+    if picked is not None:
+        for index_url, reason in trouble:
+            observer.note(f"skipped the package index at {_redact(index_url)} ({reason})")
+        return picked
+    if trouble:
+        index_url, reason = trouble[0]
+        hint = "the certificates (PIP_CERT), " if "certificate" in reason.lower() else ""
+        raise SourceError(
+            f"cannot reach the package index at {_redact(index_url)} to fetch the sdist of {request.spec} "
+            f"({reason}); check the network, {hint}or pass a local sdist/directory"
+        )
+    if not known:
+        raise SourceError(
+            f"no such file, directory or package: {request.spec} (the package index has no release of "
+            f"{request.requirement.name}); check the spelling, the network, or pass a path"
+        )
+    raise SourceError(_no_sdist_message(request, files))
+
+
+def _file_digest(path: str, algorithm: str) -> str:
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_DOWNLOAD_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _download(
+    client: _IndexClient, file: IndexFile, target: str, request: FetchRequest, observer: Observer
+) -> None:
+    """Stream ``file`` into a temporary file beside ``target``, check it, rename it into place.
+
+    On any failure the temporary file is removed: nothing half-written or unverified is left.
+    """
+    dest = os.path.dirname(target)
+    cache_error = f"cannot write to the cache at {dest}"
+    partial = os.path.join(dest, f".{file.filename}.{os.getpid()}-{secrets.token_hex(4)}.part")
+    try:
+        # os.open rather than mkstemp: the file gets the umask's permissions, as pip's downloads do.
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as exc:
+        raise SourceError(f"{cache_error}: {exc.strerror or exc}; pass another --cache-dir") from exc
+    try:
+        try:
+            received, size, digest = _stream_into(client, file, fd, request, observer)
+            if size is not None and received != size:
+                raise SourceError(
+                    f"the download of {file.filename} for {request.spec} broke off ({received} of {size} "
+                    "bytes); run again, or pass a local sdist/directory"
+                )
+            if file.digest is not None and digest != file.digest[1]:
+                algorithm, expected = file.digest
+                raise SourceError(
+                    f"{file.filename} (the sdist of {request.spec}) does not match the {algorithm} the package "
+                    f"index lists ({expected[:16]}…, got {digest[:16]}…), so it was not kept; "
+                    "run again, and if it persists check the index or the proxy in between"
+                )
+            if file.digest is None:
+                observer.note(f"the package index lists no hash for {file.filename}; it is kept unverified")
+            os.replace(partial, target)
+        except OSError as exc:  # reading the network is handled in _stream_into: this is the cache
+            raise SourceError(
+                f"{cache_error}: {exc.strerror or exc}; free some space or pass another --cache-dir"
+            ) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        raise
+
+
+def _stream_into(
+    client: _IndexClient, file: IndexFile, fd: int, request: FetchRequest, observer: Observer
+) -> tuple[int, int | None, str]:
+    """Copy ``file`` into the open file ``fd`` (closing it): bytes received, size announced, hex digest."""
+    digest = hashlib.new(file.digest[0] if file.digest else "sha256")
+    received = 0
+    with os.fdopen(fd, "wb") as out:
+        try:
+            stream, size = client.open_file(file.url)
+        except _IndexTrouble as exc:
+            raise SourceError(
+                f"cannot download {file.filename} for {request.spec} from {_redact(file.url)} ({exc}); "
+                "check the network or pass a local sdist/directory"
+            ) from exc
+        observer.start(
+            f"Downloading {file.filename}" + (" (MB)" if size else ""),
+            total=-(-size // _MB) if size else None,
+        )
+        shown = 0  # MB
+        try:
+            with stream:
+                while True:
+                    try:
+                        chunk = stream.read(_DOWNLOAD_CHUNK)
+                    except (OSError, http.client.HTTPException, ValueError) as exc:
+                        raise SourceError(
+                            f"the download of {file.filename} for {request.spec} broke off "
+                            f"({_network_reason(exc)}); run again, or pass a local sdist/directory"
+                        ) from exc
+                    if not chunk:
+                        break
+                    digest.update(chunk)
+                    out.write(chunk)
+                    received += len(chunk)
+                    if received // _MB > shown:
+                        observer.advance(received // _MB - shown)
+                        shown = received // _MB
+        finally:
+            observer.finish()
+    return received, size, digest.hexdigest()
+
+
+def download_sdist(
+    request: FetchRequest,
+    *,
+    cache_root: str,
+    observer: Observer | None = None,
+    settings: IndexSettings | None = None,
+    dest: str | None = None,
+) -> str:
+    """Download the sdist of ``request`` straight from the package index, without building it: its path.
+
+    The index is the one pip is configured with (``settings``, default `IndexSettings.from_pip`),
+    then its extra indexes. A pinned version takes its sdist (yanked or not); an unpinned name the
+    newest final release that has one. The file goes into ``dest``, default
+    ``<cache>/downloads/<name>/<version>/sdist/``; a file already there with the listed hash is
+    reused. Raises `SourceError` (one line) when the index cannot be read, lists no such sdist
+    (saying what it lists instead), or the download does not match the listed hash.
+    """
+    observer = observer or NullObserver()
+    settings = settings or IndexSettings.from_pip()
+    if not settings.urls:
+        raise SourceError(
+            f"pip is configured not to use a package index (no-index), so the sdist of {request.spec} "
+            "cannot be fetched; pass a local sdist/directory"
+        )
+    client = _IndexClient(settings)
+    observer.start(f"Looking up the sdist of {request.spec} on the package index")
+    try:
+        file, version = _find_sdist(request, client, observer)
+    finally:
+        observer.finish()
+    if file.yanked:
+        observer.note(
+            f"{file.filename} is yanked on the package index; fetching it because {request.spec} pins it"
+        )
+    downloads = os.path.join(cache_root, "downloads")
+    if dest is None:
+        dest = os.path.join(downloads, request.name, str(version), SDIST_DIR)
+    target = os.path.join(dest, file.filename)
+    if file.digest is not None and os.path.isfile(target):
+        try:
+            if _file_digest(target, file.digest[0]) == file.digest[1]:
+                observer.note(f"using {file.filename} from the cache")
+                return target
+        except OSError:
+            pass  # unreadable: download it again over it
+    try:
+        os.makedirs(dest, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(
+            f"cannot write to the cache at {dest}: {exc.strerror or exc}; pass another --cache-dir"
+        ) from exc
+    try:
+        _download(client, file, target, request, observer)
+    except BaseException:
+        _remove_empty_dirs(dest, stop=downloads)
+        raise
+    return target
+
+
 def fetch(
     request: FetchRequest,
     *,
@@ -256,22 +848,30 @@ def fetch(
     observer: Observer | None = None,
     offline: bool = False,
     reuse: bool = True,
+    sdist: bool = False,
 ) -> tuple[str, bool]:
     """An archive of ``request`` in the cache, downloading it if needed: (path, whether it was reused).
 
     ``reuse=False`` skips the cache lookup for a pinned version (used after a corrupt download was removed).
+    ``sdist=True`` wants the sdist, downloaded from the index without pip (`download_sdist`) and
+    reused from the cache only as an sdist; a ``name @ url`` requirement still goes to pip.
+    Without it, an sdist that pip cannot prepare is downloaded that way instead.
     """
     observer = observer or NullObserver()
+    direct = sdist and not request.requirement.url
     if offline or (reuse and request.pinned is not None and not request.requirement.url):
-        cached = cached_archive(request, cache_root)
+        cached = cached_archive(request, cache_root, sdist=direct)
         if cached is not None:
             observer.note(f"using {os.path.basename(cached)} from the cache")
             return cached, True
         if offline:
+            wanted, local = (f"the sdist of {request.spec}", "sdist") if direct else (request.spec, "wheel")
             raise SourceError(
-                f"{request.spec} is not in the cache at {cache_root} and liftgate is offline; "
-                "run once without --offline or pass a local wheel/directory"
+                f"{wanted} is not in the cache at {cache_root} and liftgate is offline; "
+                f"run once without --offline or pass a local {local}/directory"
             )
+    if direct:
+        return download_sdist(request, cache_root=cache_root, observer=observer), False
 
     dest = request.download_dir(cache_root)
     try:
@@ -299,6 +899,16 @@ def fetch(
                 )
     finally:
         observer.finish()
+    if returncode != 0 and _has(output, _BUILD_TROUBLE) and not request.requirement.url:
+        # liftgate needs the archive, not its metadata: take it from the index as it is.
+        observer.note(
+            f"pip could not prepare the sdist of {request.spec} ({_last_error_line(output)}); "
+            "downloading it from the package index without building it"
+        )
+        try:
+            return download_sdist(request, cache_root=cache_root, observer=observer, dest=dest), False
+        except SourceError as exc:
+            observer.note(f"downloading the sdist of {request.spec} directly failed too: {exc}")
     if returncode != 0:
         _remove_empty_dirs(dest, stop=os.path.join(cache_root, "downloads"))
         raise SourceError(explain_pip_failure(request, output))
