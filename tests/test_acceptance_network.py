@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from liftgate.arch.core import Arch
+from liftgate.arch.core import Arch, ArchSet
 from liftgate.model import Confidence, ElseKind, GateKind, Report, Status
 from liftgate.scanner import scan
 
@@ -132,6 +132,110 @@ def test_sglang_python_gates_need_no_import(report_sglang: Report) -> None:
     inferred = [g for g in report_sglang.gates if g.confidence is Confidence.INFERRED]
     assert all(g.kind is not GateKind.CUDA_PP for g in inferred)
     assert "torch" not in sys.modules  # static analysis only
+
+
+def test_062_host_side_capability_check_in_a_jit_source(report_062: Report) -> None:
+    """FlashInfer's MoE launcher (compiled by its JIT) refuses anything but 10.x on the host."""
+    path = "flashinfer/data/csrc/trtllm_fused_moe_kernel_launcher.cu"
+    gates = [
+        g
+        for g in report_062.gates
+        if g.location.path == path and g.kind is GateKind.CPP_RUNTIME and g.directive == "TVM_FFI_ICHECK_EQ"
+    ]
+    assert gates, [g.condition for g in report_062.gates if g.location.path == path]
+    gate = gates[0]
+    assert gate.condition == "major == 10"
+    assert {(a.major, a.minor) for a in gate.admitted} == {(10, 0), (10, 3)}
+    assert gate.else_kind is ElseKind.ERROR
+    assert gate.status(SM["sm_120"]) is Status.EXCLUDED
+    texts = [e.text for e in gate.evidence]
+    assert "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)" in texts
+    assert any("MoE kernel requires 10.x architecture. Current device has SM" in t for t in texts)
+
+
+VLLM_SCALED_MM = "csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu"
+
+
+@pytest.fixture(scope="module")
+def report_vllm_sdist() -> Report:
+    return scan(["vllm==0.33.0"], ["sm_120", "sm_100a"], sdist=True)
+
+
+def _caps(gate_admitted: object) -> set[tuple[int, int]]:
+    return {(a.major, a.minor) for a in gate_admitted}  # type: ignore[attr-defined]
+
+
+def test_vllm_scaled_mm_host_dispatch(report_vllm_sdist: Report) -> None:
+    """vLLM 0.33.0 cutlass_scaled_mm: the host dispatch on get_sm_version_num(), lines 245–283."""
+    gates = {
+        g.location.line: g
+        for g in report_vllm_sdist.gates
+        if g.location.path == VLLM_SCALED_MM
+        and g.kind is GateKind.CPP_RUNTIME
+        and 245 <= g.location.line <= 283
+    }
+    later = {cc for cc in _caps(ArchSet.all()) if cc >= (10, 0)}
+    expected = {
+        245: ("version_num >= 120", {(12, 0), (12, 1)}, ElseKind.FALLBACK),
+        253: ("version_num >= 100 && version_num < 120", {(10, 0), (10, 3), (11, 0)}, ElseKind.FALLBACK),
+        262: ("version_num >= 90 && version_num < 100", {(9, 0)}, ElseKind.FALLBACK),
+        271: ("version_num == 89", {(8, 9)}, ElseKind.FALLBACK),
+        277: (
+            "version_num >= 80",
+            {(8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0)} | later,
+            ElseKind.FALLBACK,
+        ),
+        283: (
+            "version_num >= 75",
+            {(7, 5), (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0)} | later,
+            ElseKind.ERROR,
+        ),
+    }
+    assert sorted(gates) == sorted(expected)
+    for line, (condition, caps, else_kind) in expected.items():
+        gate = gates[line]
+        assert (gate.condition, _caps(gate.admitted), gate.else_kind) == (condition, caps, else_kind), line
+        assert gate.confidence is Confidence.EXACT
+        chain = " → ".join(e.render() for e in gate.evidence)
+        assert (
+            "version_num = get_sm_version_num() at csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu:242"
+            in chain
+        )
+        assert "get_sm_version_num() returns version_num at csrc/cutlass_extensions/common.hpp:28" in chain
+        assert (
+            "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor) at csrc/cutlass_extensions/common.hpp"
+            in chain
+        )
+        # The message users search for, on every arm (the last one fails right after).
+        assert any(
+            "No compiled cutlass_scaled_mm for a compute capability less than CUDA device capability: "
+            "<version_num>"
+            in e.text
+            and e.line == 290
+            for e in gate.evidence
+        ), line
+    assert gates[253].status(SM["sm_120"]) is Status.EXCLUDED
+    assert gates[253].status(SM["sm_100a"]) is Status.ADMITTED
+    assert gates[245].status(SM["sm_120"]) is Status.ADMITTED
+    # Both conditions: the #if on the build flag, and the CMake gate that passes the flag.
+    sm100 = gates[253]
+    assert any("ENABLE_SCALED_MM_SM100" in d and "#if" in d for d in sm100.depends_on)
+    cmake_ids = {g.id: g for g in report_vllm_sdist.gates if g.kind is GateKind.CMAKE}
+    linked = [cmake_ids[i] for i in sm100.enclosing if i in cmake_ids]
+    assert linked and all("SCALED_MM_ARCHS" in g.condition for g in linked)
+    assert any("-DENABLE_SCALED_MM_SM100" in e.text and e.path == "CMakeLists.txt" for e in sm100.evidence)
+
+
+def test_vllm_required_capability_message_is_evidence(report_vllm_sdist: Report) -> None:
+    gate = next(
+        g
+        for g in report_vllm_sdist.gates
+        if g.location.path == VLLM_SCALED_MM and g.kind is GateKind.CPP_RUNTIME and g.location.line == 318
+    )
+    assert gate.condition == "version_num >= 90 && version_num < 100"
+    assert gate.else_kind is ElseKind.ERROR
+    message = "No compiled cutlass_scaled_mm for CUDA device capability: <version_num>. Required capability: 90 or 100"
+    assert any(message in e.text for e in gate.evidence)
 
 
 def test_072_upstream_dropped_the_sm120_bound() -> None:

@@ -17,6 +17,7 @@ from liftgate.arch.core import Arch, ArchSet
 
 class GateKind(str, enum.Enum):
     CUDA_PP = "cuda-pp"
+    CPP_RUNTIME = "cpp-runtime"
     PY_RUNTIME = "py-runtime"
     PY_BUILD = "py-build"
     CMAKE = "cmake"
@@ -25,6 +26,7 @@ class GateKind(str, enum.Enum):
 
 GATE_ID_PREFIX = {
     GateKind.CUDA_PP: "cu",
+    GateKind.CPP_RUNTIME: "cr",
     GateKind.PY_RUNTIME: "py",
     GateKind.PY_BUILD: "pb",
     GateKind.CMAKE: "cm",

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import cast
@@ -36,6 +36,7 @@ from liftgate import __version__
 from liftgate.arch.core import Arch, ArchSet
 from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.cpp_lex import BUILD_FILE_EXTENSIONS, QuickIndex, build_defines, quick_index
+from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, relevant_macros
 from liftgate.model import (
     Confidence,
@@ -109,6 +110,8 @@ class _PackageJob:
     cuda_version: tuple[int, int]
     relevant: frozenset[str]
     defined_anywhere: frozenset[str]
+    helpers: HelperIndex | None = None  # capability helpers of the package (cpp-runtime)
+    runtime_paths: frozenset[str] = frozenset()  # files whose host code is walked for cpp-runtime gates
 
 
 def _read_text_lenient(fspath: str) -> str | None:
@@ -162,6 +165,10 @@ def _analyze_chunk(job: _PackageJob, paths: list[str]) -> tuple[list[Gate], list
         gates.extend(result.gates)
         skips.extend(result.skips)
         derived |= result.derived
+        if job.helpers is not None and path in job.runtime_paths:
+            runtime = detect_cpp_runtime(job.name, job.version, path, text, result.regions, job.helpers)
+            gates.extend(runtime.gates)
+            skips.extend(runtime.skips)
     return gates, skips, derived
 
 
@@ -264,12 +271,12 @@ def _tag(r: IndexResult) -> str:
 
 
 def _details_row(q: QuickIndex) -> tuple[object, ...]:
-    return (q.has_arch, q.condition_idents, q.defines, q.includes, q.define_bodies)
+    return (q.has_arch, q.condition_idents, q.defines, q.includes, q.define_bodies, q.has_capability)
 
 
 def _details_from_row(row: tuple[object, ...]) -> QuickIndex:
-    has_arch, idents, defines, includes, bodies = row
-    return QuickIndex(has_arch, idents, defines, includes, bodies)  # type: ignore[arg-type]
+    has_arch, idents, defines, includes, bodies, has_capability = row
+    return QuickIndex(has_arch, idents, defines, includes, bodies, has_capability)  # type: ignore[arg-type]
 
 
 def _span_row(span: Span | None) -> tuple[int, int] | None:
@@ -472,6 +479,7 @@ def scan(
         gates, py_skips = _scan_python_and_cmake(build_files, max_file_size, scan_cache, observer)
         all_gates.extend(gates)
         all_skips.extend(py_skips)
+        all_gates = _link_build_flags(all_gates, build_files)
     finally:
         pool.close()
         _reset_worker()  # the in-process analysers hold whole packages' lexed headers
@@ -599,18 +607,20 @@ def _scan_package(
         (entry for r in indexed.values() for entry in r.index.define_bodies),
     )
     defined_anywhere = frozenset(name for r in indexed.values() for name in r.index.defines)
-    job = _PackageJob(
+    cfamily = {p: stats[p].fspath for p in indexed if _is_cfamily(p)}
+    helpers, runtime_paths = _capability_helpers(
+        cfamily,
+        [p for p, r in indexed.items() if r.index.has_capability and p in cfamily],
+        observer,
         pkg.name,
-        pkg.version,
-        {p: stats[p].fspath for p in indexed if _is_cfamily(p)},
-        cuda_version,
-        relevant,
-        defined_anywhere,
+    )
+    job = _PackageJob(
+        pkg.name, pkg.version, cfamily, cuda_version, relevant, defined_anywhere, helpers, runtime_paths
     )
     gates: list[Gate] = []
     analyzed: set[str] = set()
     derived: set[str] = set()
-    selected = sorted(p for p, r in indexed.items() if r.index.has_arch)
+    selected = sorted(p for p, r in indexed.items() if r.index.has_arch or p in runtime_paths)
     rounds = 0
     while selected:
         rounds += 1
@@ -647,6 +657,111 @@ def _scan_package(
     gates.sort(key=lambda g: (g.location.path, g.location.span.start))
     scan_cache.store_result(result_key, gates, skips)
     return gates, skips
+
+
+def _capability_helpers(
+    fspaths: dict[str, str], candidates: list[str], observer: Observer, package: str
+) -> tuple[HelperIndex | None, frozenset[str]]:
+    """The package's capability helpers (``get_sm_version_num()``, a ``sm_`` member …) and the files
+    whose host code is worth walking: those that query the capability or use such a helper.
+
+    Helpers are found to a fixed point: files that mention a helper found so far are read too
+    (a byte search), so a helper defined in one header and used across the tree resolves.
+    """
+    if not candidates:
+        return None, frozenset()
+    observer.start(f"finding capability helpers in {package}", total=None)
+    index = HelperIndex()
+    read: set[str] = set()
+    todo = list(candidates)
+    searched: set[str] = set()
+    for _ in range(4):
+        for path in todo:
+            text = _read_text_lenient(fspaths[path])
+            read.add(path)
+            if text is not None:
+                index.add_source(path, text)
+        index.resolve()
+        names = {n for n in index.names() if len(n) >= 4} - searched
+        if not names:
+            break
+        searched |= names
+        needles = [n.encode() for n in names]
+        todo = []
+        for path, fspath in fspaths.items():
+            if path in read:
+                continue
+            try:
+                with open(fspath, "rb") as fh:
+                    data = fh.read(DEFAULT_MAX_FILE_SIZE + 1)
+            except OSError:
+                continue
+            if any(n in data for n in needles):
+                todo.append(path)
+        if not todo:
+            break
+    observer.finish()
+    return index.export(), frozenset(read)
+
+
+_BUILD_FLAG_MACRO = re.compile(r"-D\s*([A-Za-z_]\w*)")
+_CPP_FLAG_DEPENDENCY = re.compile(r"^inside #if .*?\(line \d+\): (.+?) set by the build")
+
+
+def _link_build_flags(gates: list[Gate], build_files: list[SourceFile]) -> list[Gate]:
+    """Link host gates compiled only under a build flag to the CMake gates that pass the flag.
+
+    vLLM's ``if (version_num >= 100 && version_num < 120)`` sits inside ``#if defined
+    ENABLE_SCALED_MM_SM100``; CMake appends ``-DENABLE_SCALED_MM_SM100=1`` only inside the block
+    of a ``cuda_archs_loose_intersection`` gate. The host gate then lists that CMake gate as an
+    enclosing gate, with the flag's line as evidence.
+    """
+    wanted: dict[tuple[str, str], list[int]] = {}
+    for k, g in enumerate(gates):
+        if g.kind is GateKind.CPP_RUNTIME:
+            for dep in g.depends_on:
+                m = _CPP_FLAG_DEPENDENCY.match(dep)
+                if m:
+                    for macro in m.group(1).split(", "):
+                        wanted.setdefault((g.location.package, macro), []).append(k)
+    if not wanted:
+        return gates
+    cmake_gates = [g for g in gates if g.kind is GateKind.CMAKE and g.then_span is not None]
+    files = {(f.package, f.path): f.fspath for f in build_files}
+    lines_of: dict[tuple[str, str], list[str]] = {}
+    setters: dict[tuple[str, str], list[tuple[Gate, int]]] = {}
+    for cg in cmake_gates:
+        key = (cg.location.package, cg.location.path)
+        if key not in lines_of:
+            text = _read_text_lenient(files[key]) if key in files else None
+            lines_of[key] = text.splitlines() if text else []
+        span = cg.then_span
+        assert span is not None
+        for number in range(span.start, min(span.end, len(lines_of[key])) + 1):
+            for macro in _BUILD_FLAG_MACRO.findall(lines_of[key][number - 1]):
+                if (cg.location.package, macro) in wanted:
+                    setters.setdefault((cg.location.package, macro), []).append((cg, number))
+    if not setters:
+        return gates
+    out = list(gates)
+    for key, indexes in wanted.items():
+        found = setters.get(key)
+        if not found:
+            continue
+        for k in indexes:
+            g = out[k]
+            evidence = [
+                Evidence(
+                    f"{key[1]} is passed by the build (-D{key[1]}) only where CMake gate {cg.id} "
+                    f"admits the target: {cg.condition}",
+                    cg.location.path,
+                    line,
+                )
+                for cg, line in found
+            ]
+            enclosing = tuple(dict.fromkeys([*(cg.id for cg, _ in found), *g.enclosing]))
+            out[k] = replace(g, evidence=tuple(dict.fromkeys([*g.evidence, *evidence])), enclosing=enclosing)
+    return out
 
 
 # -- Python and CMake -----------------------------------------------------------------------

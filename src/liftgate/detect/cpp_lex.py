@@ -36,13 +36,31 @@ class QuickIndex:
     includes: tuple[str, ...]
     # For each macro defined: the identifiers in its body (what it can expand into).
     define_bodies: tuple[tuple[str, frozenset[str]], ...] = ()
+    # Host code may query the device's capability (see `liftgate.detect.cpp_runtime`).
+    has_capability: bool = False
+
+
+# A file that can query the device's capability at run time, or call a helper named like one.
+# Plain substring tests: a regex alternation is ten times slower on a large tree.
+CAPABILITY_TOKENS = (
+    b"ComputeCapability", b"COMPUTE_CAPABILITY", b"DeviceProp", b"DeviceProperties", b"cuDeviceComputeCapability",
+    b"SMVersion", b"SmVersion", b"smVersion", b"sm_version", b"SM_VERSION", b"is_sm", b"isSM", b"IsSM", b"isSm",
+    b"is_hopper", b"isHopper", b"is_blackwell", b"isBlackwell", b"compute_capability", b"computeCapability",
+    b"getSMArch", b"get_sm_arch", b"sm_arch", b"smArch",
+)  # fmt: skip
+
+
+def mentions_capability(data: bytes) -> bool:
+    """Might this C/C++ file query the device's capability (or call a helper that does)?"""
+    return any(token in data for token in CAPABILITY_TOKENS)
 
 
 def quick_index(data: bytes) -> QuickIndex:
     """Cheap, over-approximating facts about a C-family file (comments are not removed)."""
     has_arch = b"__CUDA_ARCH" in data
+    has_capability = mentions_capability(data)
     if b"#" not in data:
-        return QuickIndex(has_arch, frozenset(), frozenset(), ())
+        return QuickIndex(has_arch, frozenset(), frozenset(), (), (), has_capability)
     if b"\\\n" in data or b"\\\r\n" in data:
         data = re.sub(rb"\\[ \t]*\r?\n", b" ", data)
     idents: set[bytes] = set()
@@ -74,6 +92,7 @@ def quick_index(data: bytes) -> QuickIndex:
         define_bodies=tuple(
             (n.decode("ascii"), frozenset(b.decode("ascii") for b in body)) for n, body in bodies.items()
         ),
+        has_capability=has_capability,
     )
 
 

@@ -228,6 +228,28 @@ class Branch:
     draft: _Draft | None = None
     error: bool = False  # an #error directly in this branch: taking it fails the build
     nested_error: bool = False  # an #error in a conditional inside it
+    build_macros: tuple[str, ...] = ()  # macros in the condition that only the build can set
+
+
+@dataclass(frozen=True, slots=True)
+class RegionCondition:
+    """A preprocessor condition in force over host code: its text and line, its cuda-pp gate id
+    when it is an arch gate, and the macros in it that only the build can set."""
+
+    text: str
+    line: int
+    gate_id: str | None
+    build_macros: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """From ``line`` on (until the next region): whether the host pass compiles the code
+    (True, False, or None when it depends on the build), and the conditions in force."""
+
+    line: int
+    host: Tri
+    conditions: tuple[RegionCondition, ...]
 
 
 @dataclass
@@ -303,6 +325,9 @@ class Walker:
         self.gates: list[Gate] = []
         self.skips: list[Skip] = []
         self.occurrences: dict[tuple[str, tuple[str, ...]], int] = {}
+        # For host-code analysis: after each conditional directive, from which line on the host
+        # pass compiles the code (true, false or unknown) and the conditions in force there.
+        self.regions: list[Region] = []
 
     # -- macro state -------------------------------------------------------
     def fallback(self, name: str) -> Stored:
@@ -512,6 +537,7 @@ class Walker:
         frame.taken = _or(frame.taken, vec)
         frame.active = _and(frame.parent, effective)
         branch = Branch(keyword, text, line, end_line, effective)
+        branch.build_macros = tuple(sorted(n for n in touched if self.stored(n) is UNKNOWN_MACRO))
         frame.branches.append(branch)
         if error and any(_arch_builtin_name(n) or isinstance(self.stored(n), tuple) for n in touched):
             self.skips.append(
@@ -519,6 +545,16 @@ class Walker:
             )
         if self.collect_gates and not _device_uniform(effective) and not _all(frame.parent, F):
             branch.draft = self._draft(keyword, text, tokens, effective, touched)
+        self._record_region(end_line + 1)
+
+    def _record_region(self, line: int) -> None:
+        conditions = tuple(
+            RegionCondition(_branch_text(b), b.line, b.draft.id if b.draft else None, b.build_macros)
+            for f in self.stack
+            for b in f.branches[-1:]
+            if b.draft is not None or b.effective[-1] is not T
+        )
+        self.regions.append(Region(line, self.active()[-1], conditions))
 
     def _draft(self, keyword: str, text: str, tokens: list[str], effective: Vec, touched: set[str]) -> _Draft:
         norm = f"#{keyword} " + (" ".join(tokens) if tokens else text)
@@ -584,11 +620,13 @@ class Walker:
         frame.active = _and(frame.parent, effective)
         previous = " || ".join(_branch_text(b) for b in frame.branches)
         frame.branches.append(Branch("else", f"!({previous})", line, end_line, effective))
+        self._record_region(end_line + 1)
 
     def _endif(self, line: int, offset: int) -> None:
         if not self.stack:
             raise Unbalanced(f"#endif at line {line} has no matching #if")
         frame = self.stack.pop()
+        self._record_region(line + 1)
         if not self.collect_gates:
             return
         branches = frame.branches
@@ -755,6 +793,7 @@ class FileAnalysis:
     gates: list[Gate]
     skips: list[Skip]
     derived: frozenset[str]
+    regions: list[Region] = field(default_factory=list)
 
 
 def relevant_macros(
@@ -902,4 +941,4 @@ class PackageAnalyzer:
             for name, stored in walker.table.items()
             if isinstance(stored, tuple) and any(isinstance(e, MacroDef) and e.path == path for e in stored)
         )
-        return FileAnalysis(walker.gates, walker.skips, derived)
+        return FileAnalysis(walker.gates, walker.skips, derived, walker.regions)

@@ -68,6 +68,19 @@ RULES: tuple[Rule, ...] = (
         "exists at all." + _NEXT_STEPS,
     ),
     Rule(
+        GateKind.CPP_RUNTIME,
+        "CppRuntimeCapabilityDispatch",
+        "C++/CUDA host code path chosen by the GPU's compute capability at run time.",
+        "Host code in a compiled extension reads the device's compute capability (cudaGetDeviceProperties, "
+        "cudaDeviceGetAttribute, or a helper such as get_sm_version_num() or getSMVersion()) and dispatches "
+        "on it: if/else chains, switch cases and checks such as TORCH_CHECK. Other GPUs take another "
+        "kernel, fail with an error message such as 'No compiled cutlass_scaled_mm for CUDA device "
+        "capability', or skip the feature.",
+        "This check is compiled into the extension and runs on the device the program sees; it compares "
+        "only the compute capability. Changing it matters only if you rebuild the extension from source "
+        "(or the JIT system compiles it)." + _NEXT_STEPS,
+    ),
+    Rule(
         GateKind.PY_RUNTIME,
         "PythonRuntimeCapabilityGate",
         "Python code path chosen by the GPU's compute capability at run time.",

@@ -92,11 +92,25 @@ def _layout(gates: Sequence[Gate], targets: Sequence[Target], width: int) -> _La
     return _Layout(line, kind, condition, admits, else_kind, target_widths, gate_id)
 
 
+CPP_OUTCOME_PREFIXES = ("fails", "otherwise", "default fails")
+
+
 def _details(gate: Gate) -> list[str]:
     """The verbose lines under a gate's condition: how it was resolved and what it assumes."""
     if gate.kind is GateKind.PY_RUNTIME and len(gate.evidence) > 1:
         # A resolution chain reads best as one: is_sm100 → partial(...) at common.py:309 → ...
         lines = ["resolved: " + " → ".join(item.render() for item in gate.evidence)]
+    elif gate.kind is GateKind.CPP_RUNTIME:
+        # The value's chain (version_num → get_sm_version_num() → cudaDeviceGetAttribute(...)), then
+        # what happens to other devices (the error text users search for).
+        outcomes = tuple(
+            e
+            for e in gate.evidence
+            if e.text.startswith(CPP_OUTCOME_PREFIXES) or "passed by the build" in e.text
+        )
+        chain = [e for e in gate.evidence if e not in outcomes]
+        lines = ["resolved: " + " → ".join(item.render() for item in chain)] if chain else []
+        lines += [f"evidence: {item.render()}" for item in outcomes]
     else:
         lines = [f"evidence: {item.render()}" for item in gate.evidence]
     lines += [f"assumes: {assumption}" for assumption in gate.depends_on]
