@@ -37,7 +37,7 @@ from liftgate.arch.core import Arch, ArchSet
 from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.cpp_lex import BUILD_FILE_EXTENSIONS, QuickIndex, build_defines, quick_index
 from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
-from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, relevant_macros
+from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, host_regions, relevant_macros
 from liftgate.model import (
     Confidence,
     ElseKind,
@@ -611,6 +611,7 @@ def _scan_package(
     helpers, runtime_paths = _capability_helpers(
         cfamily,
         [p for p, r in indexed.items() if r.index.has_capability and p in cfamily],
+        cuda_version,
         observer,
         pkg.name,
     )
@@ -660,7 +661,11 @@ def _scan_package(
 
 
 def _capability_helpers(
-    fspaths: dict[str, str], candidates: list[str], observer: Observer, package: str
+    fspaths: dict[str, str],
+    candidates: list[str],
+    cuda_version: tuple[int, int],
+    observer: Observer,
+    package: str,
 ) -> tuple[HelperIndex | None, frozenset[str]]:
     """The package's capability helpers (``get_sm_version_num()``, a ``sm_`` member …) and the files
     whose host code is worth walking: those that query the capability or use such a helper.
@@ -680,7 +685,7 @@ def _capability_helpers(
             text = _read_text_lenient(fspaths[path])
             read.add(path)
             if text is not None:
-                index.add_source(path, text)
+                index.add_source(path, text, host_regions(path, text, cuda_version))
         index.resolve()
         names = {n for n in index.names() if len(n) >= 4} - searched
         if not names:

@@ -312,10 +312,16 @@ class HelperIndex:
     helpers: dict[str, list[FuncDef]] = field(default_factory=dict)  # those that touch the capability
     tainted: set[str] = field(default_factory=set)  # helpers whose result depends on the device
     fields: dict[str, CV] = field(default_factory=dict)
+    # Per file: the preprocessor regions its helpers' tokens refer to (see `region_lookup`).
+    region_tables: dict[str, list[Region]] = field(default_factory=dict)
     _done: dict[tuple[str, str, int], frozenset[str]] = field(default_factory=dict)
 
-    def add_source(self, path: str, text: str) -> None:
-        for fdef in find_functions(tokenize(text), path):
+    def add_source(self, path: str, text: str, regions: list[Region] | None = None) -> None:
+        """Read a file's function definitions, as the host pass compiles them when ``regions`` are given."""
+        table, of_line = region_lookup(regions or [])
+        if regions:
+            self.region_tables[path] = table
+        for fdef in find_functions(tokenize(text, of_line), path):
             self.functions.setdefault(fdef.name, []).append(fdef)
 
     def names(self) -> set[str]:
@@ -335,7 +341,8 @@ class HelperIndex:
             for fdefs in self.functions.values():
                 for fdef in fdefs:
                     key = (fdef.path, fdef.qualname, fdef.line)
-                    touched = _body_ids(fdef) & watch
+                    ids = _body_ids(fdef)
+                    touched = (ids & watch) | {i for i in ids if i not in self.functions and _inferable(i)}
                     if not touched or self._done.get(key) == touched:
                         continue
                     if key not in self._done:
@@ -344,7 +351,7 @@ class HelperIndex:
                     todo.append(fdef)
             changed = False
             for fdef in todo:
-                interp = Interpreter(self, fdef.path, [Region(0, True, ())])
+                interp = Interpreter(self, fdef.path, self.region_tables.get(fdef.path, _ONE_REGION))
                 result, fields = interp.run(fdef, [UNKNOWN] * len(fdef.params), collect=None)
                 if result.arch and fdef.name not in self.tainted:
                     self.tainted.add(fdef.name)
@@ -360,7 +367,14 @@ class HelperIndex:
 
     def export(self) -> HelperIndex:
         """What workers need: the helpers and fields (not every function parsed)."""
-        return HelperIndex(functions={}, helpers=self.helpers, tainted=self.tainted, fields=self.fields)
+        used = {f.path for fdefs in self.helpers.values() for f in fdefs}
+        return HelperIndex(
+            functions={name: [] for name in self.functions},  # which names are defined at all
+            helpers=self.helpers,
+            tainted=self.tainted,
+            fields=self.fields,
+            region_tables={p: t for p, t in self.region_tables.items() if p in used},
+        )
 
 
 @cache
@@ -408,11 +422,15 @@ def _inferable(name: str) -> bool:
 Lanes = frozenset[int]
 
 
+_ONE_REGION = [Region(0, True, ())]
+
+
 @dataclass
 class _Frame:
     fdef: FuncDef
     toks: tuple[Tok, ...]
     env: dict[str, CV]
+    regions: list[Region] = field(default_factory=lambda: _ONE_REGION)
     returns: list[tuple[Lanes, CV, bool]] = field(default_factory=list)  # lanes, value, assumed
     breaks: list[set[int]] = field(default_factory=list)
     fields: dict[str, CV] = field(default_factory=dict)
@@ -463,7 +481,8 @@ class Interpreter:
         for name, value in zip(fdef.params, args, strict=False):
             if name:
                 env[name] = value
-        frame = _Frame(fdef, fdef.body, env)
+        # A helper's tokens refer to the regions its file was read with (`HelperIndex.add_source`).
+        frame = _Frame(fdef, fdef.body, env, self.index.region_tables.get(fdef.path, _ONE_REGION))
         for name, toks in fdef.inits:  # member initialisers: sm_(getSMVersion())
             from liftgate.detect.cpp_syntax import ExprParser
 
@@ -507,7 +526,7 @@ class Interpreter:
         while k < len(stmts) and mask:
             stmt = stmts[k]
             r = self._region(stmt, frame)
-            if r != region and self.regions[r].host is None:
+            if r != region and r < len(frame.regions) and frame.regions[r].host is None:
                 # Host code that exists only if the build says so: a group of statements that may
                 # or may not be there. Lanes may skip it.
                 group = [stmt]
@@ -1490,7 +1509,7 @@ def _walk(
     from liftgate.detect.cpp_syntax import ExprParser
 
     env = {name: UNKNOWN for name in fdef.params if name}
-    frame = _Frame(fdef, fdef.body, env)
+    frame = _Frame(fdef, fdef.body, env, interp.regions)
     for name, toks in fdef.inits:
         frame.fields[name] = interp.eval(
             ExprParser(toks, 0, len(toks)).parse(), _Frame(fdef, toks, env), interp.all_lanes

@@ -853,6 +853,28 @@ class IncludeIndex:
         return min(matches, key=closeness)
 
 
+def host_regions(path: str, text: str, cuda_version: tuple[int, int]) -> list[Region] | None:
+    """The host pass's view of a file on its own (no includes): which lines it compiles.
+
+    Enough to drop device-only code (``#ifdef __CUDA_ARCH__``) and ``#if 0`` from host-code
+    analysis; macros from headers stay unknown, so their regions count as maybe-compiled.
+    None when the conditionals do not balance.
+    """
+    walker = Walker(
+        path,
+        lex_directives(text),
+        cuda_version=cuda_version,
+        resolve_include=lambda _including, _name, _angle: None,
+        header_export=lambda _path: HeaderExport({}, frozenset()),
+        collect_gates=False,
+    )
+    try:
+        walker.run()
+    except Unbalanced:
+        return None
+    return walker.regions
+
+
 class PackageAnalyzer:
     """Analyses files of one package; caches lexed headers and their macro exports."""
 
