@@ -2,7 +2,9 @@
 
 Usage: python bench/scan_bench.py [SPEC ...] [--target sm_120] [--jobs N] [--repeat K]
 
-Default specs are flashinfer-python==0.7.2.post1 (~10k files, 427 MB unpacked) and sglang==0.5.23.
+Default specs are flashinfer-python==0.7.2.post1 (~10k files, 427 MB unpacked) and sglang==0.5.23;
+``--sdist`` scans source distributions instead (e.g. ``vllm==0.33.0 --sdist``: its csrc/ with the
+host-side capability dispatch).
 Downloads and unpacked trees are cached (liftgate's user cache), so only the first run pays for
 the network. "cold" = liftgate with its scan cache disabled (every file read, indexed and parsed);
 "warm" = a second scan with the cache filled. The regex pass lists the files that have a
@@ -32,10 +34,12 @@ PY_GATE_REGEX = (
     r"get_device_capability|has_device_capability|is_device_capability|compute_capability"
     r"|is_sm[0-9]|supported_major_versions|gencode|CUDA_ARCHITECTURES|TORCH_CUDA_ARCH_LIST"
 )
+# ... and in C++ host code: the runtime's capability queries and the usual helpers around them.
+CPP_GATE_REGEX = r"ComputeCapabilityMajor|COMPUTE_CAPABILITY_MAJOR|cudaGetDeviceProperties|getCurrentDeviceProperties|getSMVersion|get_sm_version"
 
 
-def _root_of(spec: str) -> tuple[str, int]:
-    packages, _ = resolve_sources([spec])
+def _root_of(spec: str, sdist: bool) -> tuple[str, int]:
+    packages, _ = resolve_sources([spec], sdist=sdist)
     paths = [f.fspath for p in packages for f in p.files]
     root = os.path.commonpath(paths)
     return (root if os.path.isdir(root) else os.path.dirname(root)), len(paths)
@@ -43,10 +47,22 @@ def _root_of(spec: str) -> tuple[str, int]:
 
 def _regex_pass(root: str) -> tuple[str, float, int]:
     if shutil.which("rg"):
-        cmd = ["rg", "-l", "--no-ignore", "--hidden", "-e", GATE_REGEX, "-e", PY_GATE_REGEX, root]
+        cmd = [
+            "rg",
+            "-l",
+            "--no-ignore",
+            "--hidden",
+            "-e",
+            GATE_REGEX,
+            "-e",
+            PY_GATE_REGEX,
+            "-e",
+            CPP_GATE_REGEX,
+            root,
+        ]
         tool = "rg"
     else:
-        cmd = ["grep", "-rlE", "-e", GATE_REGEX, "-e", PY_GATE_REGEX, root]
+        cmd = ["grep", "-rlE", "-e", GATE_REGEX, "-e", PY_GATE_REGEX, "-e", CPP_GATE_REGEX, root]
         tool = "grep -rlE"
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -55,10 +71,10 @@ def _regex_pass(root: str) -> tuple[str, float, int]:
 
 
 def _timed_scan(
-    spec: str, target: str, jobs: int | None, use_cache: bool, cache_dir: str | None
+    spec: str, target: str, jobs: int | None, use_cache: bool, cache_dir: str | None, sdist: bool
 ) -> tuple[float, int]:
     started = time.perf_counter()
-    report = scan([spec], [target], jobs=jobs, use_cache=use_cache, cache_dir=cache_dir)
+    report = scan([spec], [target], jobs=jobs, use_cache=use_cache, cache_dir=cache_dir, sdist=sdist)
     return time.perf_counter() - started, len(report.gates)
 
 
@@ -70,11 +86,12 @@ def main() -> int:
     parser.add_argument("--target", default="sm_120")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each timing; the median is reported")
+    parser.add_argument("--sdist", action="store_true", help="scan the source distributions of the specs")
     args = parser.parse_args()
 
     rows = []
     for spec in args.specs:
-        root, nfiles = _root_of(spec)  # downloads/unpacks once, outside the timings
+        root, nfiles = _root_of(spec, args.sdist)  # downloads/unpacks once, outside the timings
         regex_times = []
         tool, matched = "", 0
         for _ in range(args.repeat):
@@ -83,11 +100,11 @@ def main() -> int:
         cold_times, warm_times = [], []
         gates = 0
         for _ in range(args.repeat):
-            elapsed, gates = _timed_scan(spec, args.target, args.jobs, False, None)
+            elapsed, gates = _timed_scan(spec, args.target, args.jobs, False, None, args.sdist)
             cold_times.append(elapsed)
-        _timed_scan(spec, args.target, args.jobs, True, None)  # fill the scan cache
+        _timed_scan(spec, args.target, args.jobs, True, None, args.sdist)  # fill the scan cache
         for _ in range(args.repeat):
-            elapsed, _ = _timed_scan(spec, args.target, args.jobs, True, None)
+            elapsed, _ = _timed_scan(spec, args.target, args.jobs, True, None, args.sdist)
             warm_times.append(elapsed)
         rg, cold, warm = (statistics.median(t) for t in (regex_times, cold_times, warm_times))
         rows.append((spec, nfiles, tool, rg, matched, cold, warm, gates))

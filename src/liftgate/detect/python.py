@@ -123,6 +123,7 @@ def module_name_for(path: str) -> str:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LONG_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,}")
 _STATEMENT_KEYWORD = re.compile(r"^\s*(?:elif|if|while|for|async\s+for)\b")
 _INNER_BRANCH = re.compile(r"\b(?:if|for)\b")
 
@@ -2148,6 +2149,7 @@ class PythonAnalyzer:
             self._sources.setdefault(module_name_for(src.path), src)
         self._modules: dict[str, Module | None] = {}
         self._data: dict[str, bytes | None] = {}
+        self._idents: dict[str, frozenset[bytes]] = {}
         self.skips: list[Skip] = []
         self._max = max_file_size
         self._loadable: set[str] = set()
@@ -2157,6 +2159,17 @@ class PythonAnalyzer:
         if name not in self._data:
             self._data[name] = self._sources[name].read()
         return self._data[name]
+
+    def _identifiers(self, name: str) -> frozenset[bytes]:
+        """The identifiers (longer than 3 characters) a module's text mentions, computed once: later
+        rounds ask every module whether it uses a newly found name, and a set lookup is far cheaper
+        than a regex alternation over the text each round."""
+        found = self._idents.get(name)
+        if found is None:
+            data = self._bytes(name)
+            found = frozenset(_LONG_IDENTIFIER.findall(data)) if data is not None else frozenset()
+            self._idents[name] = found
+        return found
 
     def _load(self, name: str) -> Module | None:
         if name in self._modules:
@@ -2275,10 +2288,10 @@ class PythonAnalyzer:
                 )
                 if not names:
                     break
-                pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\b")
+                wanted = {n.encode() for n in names}
                 todo = {
                     name for name in self._sources
-                    if name not in walked and (data := self._bytes(name)) is not None and pattern.search(data)
+                    if name not in walked and not self._identifiers(name).isdisjoint(wanted)
                 }  # fmt: skip
                 self._loadable |= todo
         finally:
