@@ -166,7 +166,12 @@ def _analyze_chunk(job: _PackageJob, paths: list[str]) -> tuple[list[Gate], list
         skips.extend(result.skips)
         derived |= result.derived
         if job.helpers is not None and path in job.runtime_paths:
-            runtime = detect_cpp_runtime(job.name, job.version, path, text, result.regions, job.helpers)
+            try:
+                runtime = detect_cpp_runtime(job.name, job.version, path, text, result.regions, job.helpers)
+            except (RecursionError, ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
+                # C++ that the host-code reader cannot follow: the file's other gates stand.
+                skips.append(Skip(path, f"host code not analysed ({type(exc).__name__}: {exc})", job.name))
+                continue
             gates.extend(runtime.gates)
             skips.extend(runtime.skips)
     return gates, skips, derived
@@ -685,8 +690,10 @@ def _capability_helpers(
             text = _read_text_lenient(fspaths[path])
             read.add(path)
             if text is not None:
-                index.add_source(path, text, host_regions(path, text, cuda_version))
-        index.resolve()
+                with contextlib.suppress(RecursionError, ValueError, IndexError):
+                    index.add_source(path, text, host_regions(path, text, cuda_version))
+        with contextlib.suppress(RecursionError):
+            index.resolve()
         names = {n for n in index.names() if len(n) >= 4} - searched
         if not names:
             break

@@ -463,7 +463,7 @@ class Interpreter:
         self.steps = 0
         try:
             return self._call(fdef, args)
-        except _Budget:
+        except (_Budget, RecursionError):
             return UNKNOWN, {}
         finally:
             self.sink = None
