@@ -1,21 +1,24 @@
-"""Score liftgate's Python and build-file gate detectors against hand-labelled ground truth.
+"""Score liftgate's Python, C++ host and build-file gate detectors against hand-labelled ground truth.
 
 Usage: python bench/label_eval.py [LABEL_FILE ...] [--json] [--target sm_120] [--offline]
 
-Each ``bench/labels/<package>-<version>.json`` names a release (``spec``) and, for a few of its
-files, every gate (``py-runtime``, ``py-build``, ``cmake``) a person found by reading the code,
-the near-misses (lines a grep for ``sm_``/``capability``/``CUDA_ARCH`` would flag that are not
-gates) and the ambiguous lines (where a detector may reasonably go either way; they count for
-nothing). The rules are in ``bench/labels/README.md``.
+Each ``bench/labels/<package>-<version>.json`` names a release (``spec``; ``"sdist": true`` to
+scan its source distribution, fetched from the index without a build) and, for a few of its
+files, every gate (``py-runtime``, ``cpp-runtime``, ``py-build``, ``cmake``) a person found by
+reading the code, the near-misses (lines a grep for ``sm_``/``capability``/``major``/``CUDA_ARCH``
+would flag that are not gates) and the ambiguous lines (where a detector may reasonably go either
+way; they count for nothing). The rules are in ``bench/labels/README.md``.
 
 For every label file the release is scanned with ``liftgate.scan`` (downloads are cached by
-liftgate); the detected gates of the three kinds located in the labelled files are matched to
+liftgate); the detected gates of the four kinds located in the labelled files are matched to
 the labels: same path, same kind, and a labelled line within the gate's span or within one line
-of its start (one detection per label). Printed per package and in total, per kind: detections,
-labels, true positives, precision, recall and admitted-set agreement (matched gates whose
-admitted set, projected to capabilities for ``py-runtime`` and to arch names for the build kinds,
-equals the label's), then the near-misses that were detected, the missed labels (false negatives)
-and the unmatched detections (false positives). A measurement, not a test: it exits 0.
+of its start (one detection per label; nearest first, and among equally near pairs those whose
+admitted sets agree first, so two gates on one line, as in a nested ``?:``, pair up sensibly).
+Printed per package and in total, per kind: detections, labels, true positives, precision, recall
+and admitted-set agreement (matched gates whose admitted set, projected to capabilities for the
+runtime kinds ``py-runtime``/``cpp-runtime`` and to arch names for the build kinds, equals the
+label's), then the near-misses that were detected, the missed labels (false negatives) and the
+unmatched detections (false positives). A measurement, not a test: it exits 0.
 
 The scoring is pure (`load_labels`, `score_file`, `summarize` take dicts and `Detection`s), so
 ``tests/test_label_eval.py`` checks it without the network.
@@ -35,7 +38,8 @@ from typing import Any
 
 from liftgate.arch.core import universe
 
-KINDS = ("py-runtime", "py-build", "cmake")
+KINDS = ("py-runtime", "cpp-runtime", "py-build", "cmake")
+RUNTIME_KINDS = ("py-runtime", "cpp-runtime")  # admit capabilities ("9.0"), not compilation targets
 BUILD_KINDS = ("py-build", "cmake")
 ELSE_KINDS = ("none", "fallback", "error")
 LABELS_DIR = Path(__file__).resolve().parent / "labels"
@@ -119,12 +123,12 @@ def expand_build(spec: str | Sequence[str]) -> frozenset[str]:
 
 
 def expand_admits(kind: str, spec: str | Sequence[str]) -> frozenset[str]:
-    return expand_runtime(spec) if kind == "py-runtime" else expand_build(spec)
+    return expand_runtime(spec) if kind in RUNTIME_KINDS else expand_build(spec)
 
 
 def project(kind: str, admitted: Iterable[str]) -> frozenset[str]:
     """A detected admitted set (arch names) in the label's terms: capabilities for runtime gates."""
-    if kind == "py-runtime":
+    if kind in RUNTIME_KINDS:
         return frozenset(cap_of_arch(n) for n in admitted)
     return frozenset(admitted)
 
@@ -132,7 +136,7 @@ def project(kind: str, admitted: Iterable[str]) -> frozenset[str]:
 def render_set(kind: str, values: Iterable[str]) -> str:
     """Compact rendering for listings: runtime sets as ">=9.0" when they are a suffix of the universe."""
     vals = set(values)
-    if kind == "py-runtime":
+    if kind in RUNTIME_KINDS:
         caps = capabilities()
         ordered = [c for c in caps if c in vals]
         if not ordered:
@@ -187,6 +191,7 @@ class LabelSet:
     spec: str
     files: tuple[FileLabels, ...]
     source: str = ""  # the label file
+    sdist: bool = False  # scan the release's sdist (``liftgate.scan(..., sdist=True)``)
 
     def gate_count(self, kind: str | None = None) -> int:
         return sum(1 for f in self.files for g in f.gates if kind is None or g.kind == kind)
@@ -233,11 +238,19 @@ def load_labels(data: Mapping[str, Any], source: str = "") -> LabelSet:
             )
             for a in entry.get("ambiguous", [])
         )
-        taken = [x.line for x in gates] + [x.line for x in near] + [x.line for x in ambiguous]
+        # several gates may share a line (a nested ``a ? b : (c ? d : e)``); a line is never both a
+        # gate and a near-miss or ambiguous, nor two near-misses/ambiguous lines
+        taken = sorted({x.line for x in gates}) + [x.line for x in near] + [x.line for x in ambiguous]
         if len(taken) != len(set(taken)):
             raise ValueError(f"{source}:{path}: a line is labelled twice")
+        seen_gates = [(x.line, x.kind, x.admits) for x in gates]
+        if len(seen_gates) != len(set(seen_gates)):
+            raise ValueError(f"{source}:{path}: the same gate is labelled twice")
         files.append(FileLabels(path, tuple(sorted(gates, key=lambda x: x.line)), near, ambiguous))
-    return LabelSet(data["package"], data["version"], data["spec"], tuple(files), source)
+    sdist = data.get("sdist", False)
+    if not isinstance(sdist, bool):
+        raise ValueError(f"{source}: sdist must be true or false, not {sdist!r}")
+    return LabelSet(data["package"], data["version"], data["spec"], tuple(files), source, sdist)
 
 
 def load_label_file(path: str | Path) -> LabelSet:
@@ -316,20 +329,26 @@ class FileScore:
 
 
 def score_file(labels: FileLabels, detections: Sequence[Detection]) -> FileScore:
-    """Match the detections of one file to its labels, one-to-one, nearest first."""
+    """Match the detections of one file to its labels, one-to-one, nearest first.
+
+    Among equally near pairs, those whose admitted sets agree go first: two gates on one line (a
+    nested conditional expression) then pair with the detections that read them the same way.
+    """
     dets = [d for d in detections if d.path == labels.path and d.kind in KINDS]
     out = FileScore(labels.path, detections=list(dets))
-    pairs: list[tuple[int, int, int, int]] = []  # (distance, label line, label index, detection index)
+    # (distance, 0 when the admitted sets agree, label line, label index, detection index)
+    pairs: list[tuple[int, int, int, int, int]] = []
     for li, label in enumerate(labels.gates):
         for di, det in enumerate(dets):
             if det.kind != label.kind:
                 continue
             hits = [det.distance(line) for line in label.lines if det.covers(line)]
             if hits:
-                pairs.append((min(hits), label.line, li, di))
+                disagrees = int(project(label.kind, det.admitted) != label.admits)
+                pairs.append((min(hits), disagrees, label.line, li, di))
     used_labels: set[int] = set()
     used_dets: set[int] = set()
-    for _, _, li, di in sorted(pairs):
+    for _, _, _, li, di in sorted(pairs):
         if li in used_labels or di in used_dets:
             continue
         used_labels.add(li)
@@ -449,7 +468,7 @@ class PackageResult:
     labels: LabelSet
     scores: list[FileScore]
     stats: dict[str, KindStats]
-    detections_elsewhere: int = 0  # gates of the three kinds outside the labelled files
+    detections_elsewhere: int = 0  # gates of the scored kinds outside the labelled files
     label_problems: list[str] = field(default_factory=list)
     error: str | None = None
     elapsed_s: float = 0.0
@@ -493,17 +512,17 @@ def _ratio(value: float | None) -> str:
     return "   -" if value is None else f"{value:4.2f}"
 
 
-def _liftgate_scan(spec: str, target: str, offline: bool) -> Any:
+def _liftgate_scan(spec: str, target: str, offline: bool, sdist: bool = False) -> Any:
     import liftgate
 
-    return liftgate.scan([spec], targets=[target], offline=offline)
+    return liftgate.scan([spec], targets=[target], offline=offline, sdist=sdist)
 
 
-def _read_labelled_files(spec: str, paths: set[str]) -> dict[str, list[str]]:
+def _read_labelled_files(spec: str, paths: set[str], sdist: bool = False) -> dict[str, list[str]]:
     """The labelled files' lines, from the release liftgate just fetched (its cache)."""
     from liftgate.sources import resolve_sources
 
-    packages, _ = resolve_sources([spec], offline=True)
+    packages, _ = resolve_sources([spec], offline=True, sdist=sdist)
     read: dict[str, list[str]] = {}
     for pkg in packages:
         for sf in pkg.files:
@@ -520,10 +539,14 @@ def run_package(
     scan: Any = _liftgate_scan,
     read_files: Any = _read_labelled_files,
 ) -> PackageResult:
-    """Scan ``labels.spec`` (``scan(spec, target, offline) -> Report``) and score it against the labels."""
+    """Scan ``labels.spec`` and score it against the labels.
+
+    ``scan(spec, target, offline, sdist) -> Report``; ``read_files(spec, paths, sdist)`` gives the
+    labelled files' lines, to check each label's ``text``.
+    """
     started = time.perf_counter()
     try:
-        report = scan(labels.spec, target, offline)
+        report = scan(labels.spec, target, offline, labels.sdist)
     except Exception as exc:  # a measurement: report the package as not scanned and go on
         result = score_package(labels, [])
         result.error = f"{type(exc).__name__}: {exc}"
@@ -533,7 +556,7 @@ def run_package(
     result.elapsed_s = time.perf_counter() - started
     try:
         result.label_problems = check_label_text(
-            labels, read_files(labels.spec, {f.path for f in labels.files})
+            labels, read_files(labels.spec, {f.path for f in labels.files}, labels.sdist)
         )
     except Exception as exc:
         result.label_problems = [f"could not read the labelled files back: {exc}"]
@@ -541,14 +564,14 @@ def run_package(
 
 
 def _table(rows: list[tuple[str, dict[str, KindStats]]]) -> list[str]:
-    head = f"{'package':30} {'kind':10} {'det':>4} {'amb':>4} {'lab':>4} {'tp':>4} {'prec':>5} {'rec':>5} {'admit':>5} {'else':>5} {'nm':>3}"
+    head = f"{'package':30} {'kind':11} {'det':>4} {'amb':>4} {'lab':>4} {'tp':>4} {'prec':>5} {'rec':>5} {'admit':>5} {'else':>5} {'nm':>3}"
     out = [head, "-" * len(head)]
     for name, stats in rows:
         for kind in (*KINDS, "all"):
             st = stats[kind]
             d = st.as_dict()
             out.append(
-                f"{name:30} {kind:10} {st.detections:4d} {st.ambiguous:4d} {st.labels:4d} {st.tp:4d} "
+                f"{name:30} {kind:11} {st.detections:4d} {st.ambiguous:4d} {st.labels:4d} {st.tp:4d} "
                 f"{_ratio(st.precision):>5} {_ratio(st.recall):>5} {_ratio(st.agreement):>5} "
                 f"{_ratio(d['else_agreement']):>5} {st.near_miss_hits:3d}"
             )
@@ -565,7 +588,8 @@ def render_text(results: Sequence[PackageResult], total: dict[str, KindStats]) -
     )
     for r in results:
         lines.append("")
-        header = f"== {r.labels.spec} ({len(r.labels.files)} files, {r.labels.gate_count()} gates"
+        archive = ", sdist" if r.labels.sdist else ""
+        header = f"== {r.labels.spec}{archive} ({len(r.labels.files)} files, {r.labels.gate_count()} gates"
         header += f"; {r.detections_elsewhere} detections outside the labelled files)"
         lines.append(header)
         if r.error:
@@ -624,6 +648,7 @@ def to_json(results: Sequence[PackageResult], total: dict[str, KindStats], targe
         "packages": [
             {
                 "spec": r.labels.spec,
+                "sdist": r.labels.sdist,
                 "label_file": r.labels.source,
                 "error": r.error,
                 "elapsed_s": round(r.elapsed_s, 2),
@@ -651,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[PackageResult] = []
     for path in paths:
         labels = load_label_file(path)
-        print(f"scanning {labels.spec} ...", file=sys.stderr, flush=True)
+        print(f"scanning {labels.spec}{' (sdist)' if labels.sdist else ''} ...", file=sys.stderr, flush=True)
         results.append(run_package(labels, args.target, args.offline))
     total = {k: KindStats() for k in (*KINDS, "all")}
     for r in results:

@@ -134,9 +134,43 @@ LABELS = {
     },
 }
 
+# C++ host code read from an sdist: a check macro, a nested ternary (two gates on one line), a
+# guard, a near-miss assignment and an op that takes the capability as a parameter (ambiguous)
+CPP_LABELS = {
+    "package": "democpp",
+    "version": "2.0",
+    "spec": "democpp==2.0",
+    "sdist": True,
+    "files": {
+        "csrc/api.cpp": {
+            "gates": [
+                {
+                    "line": 10,
+                    "kind": "cpp-runtime",
+                    "admits": ">=8.0",
+                    "else": "error",
+                    "text": "TORCH_CHECK(is_sm8x);",
+                    "lines": [11],
+                },
+                {"line": 20, "kind": "cpp-runtime", "admits": ">=9.0", "else": "fallback"},
+                {"line": 20, "kind": "cpp-runtime", "admits": ["8.6", "8.9"], "else": "fallback"},
+                {"line": 30, "kind": "cpp-runtime", "admits": "9.0", "else": "error"},
+            ],
+            "near_misses": [{"line": 9, "text": "bool is_sm8x = dprops->major >= 8;", "why": "assignment"}],
+            "ambiguous": [
+                {"line": 40, "why": "parameter", "kind": "cpp-runtime", "admits": ">=10.0"},
+            ],
+        },
+    },
+}
+
 
 def labels() -> Any:
     return le.load_labels(json.loads(json.dumps(LABELS)), "demo.json")
+
+
+def cpp_labels() -> Any:
+    return le.load_labels(json.loads(json.dumps(CPP_LABELS)), "democpp.json")
 
 
 # --- shorthands and projections -----------------------------------------------------------------
@@ -161,10 +195,25 @@ def test_build_shorthands_expand_to_baseline_targets() -> None:
 
 def test_projection_of_detected_archs() -> None:
     assert le.project("py-runtime", ["sm_90", "sm_90a", "sm_120f"]) == {"9.0", "12.0"}
+    assert le.project("cpp-runtime", ["sm_80", "sm_86", "sm_100a"]) == {"8.0", "8.6", "10.0"}
     assert le.project("cmake", ["sm_90a"]) == {"sm_90a"}
     assert le.cap_of_arch("sm_121a") == "12.1"
     assert le.render_set("py-runtime", ABOVE_90) == ">=9.0"
     assert le.render_set("py-runtime", {"8.0", "8.6"}) == "{8.0, 8.6}"
+    assert le.render_set("cpp-runtime", ABOVE_90) == ">=9.0"
+
+
+def test_cpp_runtime_labels_use_capabilities_and_may_name_an_sdist() -> None:
+    ls = cpp_labels()
+    assert ls.sdist is True and labels().sdist is False
+    gates = ls.files[0].gates
+    assert [g.line for g in gates] == [10, 20, 20, 30]
+    assert gates[0].admits == le.expand_runtime(">=8.0") and gates[0].lines == (10, 11)
+    assert {g.admits for g in gates[1:3]} == {frozenset(ABOVE_90), frozenset({"8.6", "8.9"})}
+    assert ls.files[0].ambiguous[0].admits == {"10.0", "10.3", "11.0", "12.0", "12.1"}
+    assert ls.gate_count("cpp-runtime") == 4
+    with pytest.raises(ValueError, match="unknown capability"):
+        le.expand_admits("cpp-runtime", "sm_90")  # runtime gates admit capabilities, not targets
 
 
 def test_load_labels_rejects_bad_input() -> None:
@@ -175,6 +224,19 @@ def test_load_labels_rejects_bad_input() -> None:
     bad = json.loads(json.dumps(LABELS))
     bad["files"]["demo/a.py"]["gates"][0]["kind"] = "py-magic"
     with pytest.raises(ValueError, match="unknown kind"):
+        le.load_labels(bad)
+    # two gates may share a line, but not the same gate twice, nor a gate and a near-miss
+    bad = json.loads(json.dumps(CPP_LABELS))
+    bad["files"]["csrc/api.cpp"]["gates"].append({"line": 30, "kind": "cpp-runtime", "admits": "9.0"})
+    with pytest.raises(ValueError, match="same gate"):
+        le.load_labels(bad)
+    bad = json.loads(json.dumps(CPP_LABELS))
+    bad["files"]["csrc/api.cpp"]["near_misses"].append({"line": 20, "why": "twice"})
+    with pytest.raises(ValueError, match="twice"):
+        le.load_labels(bad)
+    bad = json.loads(json.dumps(CPP_LABELS))
+    bad["sdist"] = "yes"
+    with pytest.raises(ValueError, match="sdist"):
         le.load_labels(bad)
 
 
@@ -225,6 +287,57 @@ def test_kind_must_agree_and_each_detection_matches_one_label() -> None:
     assert [g.line for g in wide.missed] == [20, 30, 40]
 
 
+def test_cpp_runtime_matching_projects_to_capabilities_and_pairs_a_nested_ternary() -> None:
+    file_c = cpp_labels().files[0]
+    sm80_up = ["sm_80", "sm_86", "sm_87", "sm_88", "sm_89", *SM90_UP]
+    detections = [
+        det("csrc/api.cpp", 11, "cpp-runtime", sm80_up, els="error"),
+        # the nested ternary's two conditions, the inner one reported first
+        det("csrc/api.cpp", 20, "cpp-runtime", ["sm_86", "sm_89"], els="fallback"),
+        det("csrc/api.cpp", 20, "cpp-runtime", SM90_UP, els="fallback"),
+        det("csrc/api.cpp", 30, "py-runtime", ["sm_90", "sm_90a"]),  # same line, another kind
+        det("csrc/api.cpp", 40, "cpp-runtime", SM90_UP),  # ambiguous: not scored
+        det("csrc/api.cpp", 8, "cpp-runtime", ["sm_80"]),  # one line off the near-miss at 9
+        det("csrc/api.cpp", 20, "cuda-pp", ["sm_90"]),  # not a scored kind
+    ]
+    score = le.score_file(file_c, detections)
+    # each gate on line 20 pairs with the detection that reads it the same way
+    assert [(m.label.line, sorted(m.label.admits)[0], m.agrees) for m in score.matches] == [
+        (10, "10.0", True),
+        (20, "10.0", True),
+        (20, "8.6", True),
+    ]
+    assert [g.line for g in score.missed] == [30]
+    assert [(d.start, why.split(":")[0]) for d, why in score.false_positives] == [
+        (30, "kind mismatch"),
+        (8, "near-miss"),
+    ]
+    assert [a.line for a, _ in score.ambiguous_hits] == [40]
+    stats = le.summarize([score])
+    cr = stats["cpp-runtime"]
+    assert (cr.detections, cr.ambiguous, cr.labels, cr.tp, cr.agree, cr.near_miss_hits) == (5, 1, 4, 3, 3, 1)
+    assert cr.precision == pytest.approx(3 / 4)
+    assert cr.recall == pytest.approx(3 / 4)
+    assert cr.as_dict()["else_agreement"] == 1.0
+    assert stats["py-runtime"].detections == 1 and stats["py-runtime"].tp == 0
+    assert stats["all"].tp == 3 and stats["all"].labels == 4
+
+
+def test_equally_near_pairs_prefer_agreeing_admitted_sets_but_distance_comes_first() -> None:
+    file_c = cpp_labels().files[0]
+    # a detection on line 21 with the outer set, one on line 20 with the outer set too: the one
+    # on the line wins the outer gate; the other is one line off and takes the inner gate
+    score = le.score_file(
+        file_c,
+        [
+            det("csrc/api.cpp", 21, "cpp-runtime", SM90_UP),
+            det("csrc/api.cpp", 20, "cpp-runtime", SM90_UP),
+        ],
+    )
+    pairs = sorted((m.detection.start, sorted(m.label.admits)[0], m.agrees) for m in score.matches)
+    assert pairs == [(20, "10.0", True), (21, "8.6", False)]
+
+
 def test_else_kind_agreement_is_reported() -> None:
     file_a = labels().files[0]
     score = le.score_file(
@@ -263,7 +376,7 @@ def test_run_package_with_a_fake_report() -> None:
         "CMakeLists.txt": ["", "", "", "", "set(X)"],
     }
     result = le.run_package(
-        labels(), "sm_120", True, scan=lambda *_: report, read_files=lambda _spec, _paths: files
+        labels(), "sm_120", True, scan=lambda *_: report, read_files=lambda _spec, _paths, _sdist: files
     )
     assert result.error is None
     assert result.detections_elsewhere == 1
@@ -281,6 +394,35 @@ def test_run_package_with_a_fake_report() -> None:
     data = le.to_json([result], result.stats, "sm_120")
     assert data["total"]["cmake"]["recall"] == 1.0
     assert data["packages"][0]["files"][0]["false_negatives"][0]["line"] == 20
+
+
+def test_run_package_scans_and_reads_the_sdist_when_the_labels_say_so() -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    def scan(*args: Any) -> FakeReport:
+        calls.append(("scan", *args))
+        return FakeReport([gate("csrc/api.cpp", 30, "cpp-runtime", ["sm_90"], els="error")])
+
+    def read(spec: str, paths: set[str], sdist: bool) -> dict[str, list[str]]:
+        calls.append(("read", spec, sorted(paths), sdist))
+        lines = ["x"] * 40
+        lines[8] = "  bool is_sm8x = dprops->major >= 8;"
+        lines[9] = "  TORCH_CHECK(is_sm8x);"
+        return {"csrc/api.cpp": lines}
+
+    result = le.run_package(cpp_labels(), "sm_120", True, scan=scan, read_files=read)
+    assert calls == [
+        ("scan", "democpp==2.0", "sm_120", True, True),
+        ("read", "democpp==2.0", ["csrc/api.cpp"], True),
+    ]
+    assert result.stats["cpp-runtime"].tp == 1 and result.stats["cpp-runtime"].agree == 1
+    assert result.label_problems == []
+    text = le.render_text([result], result.stats)
+    assert "== democpp==2.0, sdist (1 files, 4 gates" in text
+    assert "missed (FN)       csrc/api.cpp:20 [cpp-runtime] >=9.0" in text
+    data = le.to_json([result], result.stats, "sm_120")
+    assert data["packages"][0]["sdist"] is True
+    assert data["total"]["cpp-runtime"]["true_positives"] == 1
 
 
 def test_a_failing_scan_is_reported_not_raised() -> None:
@@ -305,3 +447,8 @@ def test_shipped_label_files_are_valid_and_cover_every_kind() -> None:
     assert sum(s.gate_count() for s in sets) >= 60
     assert sum(len(f.near_misses) for s in sets for f in s.files) >= 60
     assert not {"sglang", "flashinfer-python"} & {s.package for s in sets}
+    # the C++ host labels come from sdists, and not from the cpp-runtime development sets
+    cpp = [s for s in sets if s.gate_count("cpp-runtime")]
+    assert len(cpp) >= 3 and all(s.sdist for s in cpp)
+    assert sum(s.gate_count("cpp-runtime") for s in cpp) >= 30
+    assert not {"vllm==0.33.0", "flashinfer-python==0.6.2"} & {s.spec for s in sets}
