@@ -252,7 +252,7 @@ def test_helper_in_a_nested_namespace_is_named_with_its_namespace() -> None:
     gate = fixture_gate(RUNNER, "sm_ >= 75 && sm_ < 80")
     text = evidence_text(gate)
     ctor = line_of(MINILIB, RUNNER, "sm_ = tensorrt_llm::common::getSMVersion();")
-    assert f"sm_ = … at {RUNNER}:{ctor}" in text  # set in the constructor, tested in another method
+    assert f"sm_ = tensorrt_llm::common::getSMVersion() at {RUNNER}:{ctor}" in text  # set in the constructor
     helper = line_of(MINILIB, CUDA_UTILS, "inline int getSMVersion()")
     # `namespace tensorrt_llm::common {` declares both namespaces.
     assert (
@@ -510,6 +510,89 @@ def test_switch_default_decides_the_else_kind() -> None:
 )
 def test_near_misses_are_not_gates(body: str) -> None:
     assert detect(body) == []
+
+
+def detect_source(text: str) -> list[Gate]:
+    index = HelperIndex()
+    index.add_source("csrc/api.cpp", text)
+    index.resolve()
+    detection = detect_cpp_runtime("pkg", "1.0", "csrc/api.cpp", text, [], index.export())
+    return list(detection.gates)
+
+
+def test_the_same_check_in_several_functions_is_a_gate_in_each() -> None:
+    # FlashAttention's mha_fwd, mha_varlen_fwd and mha_bwd each start with the same lines.
+    one = """\
+void {name}(int n) {{
+  auto dprops = at::cuda::getCurrentDeviceProperties();
+  bool is_sm8x = dprops->major == 8 && dprops->minor >= 0;
+  TORCH_CHECK(is_sm8x || dprops->major == 9, "FlashAttention only supports Ampere GPUs or newer.");
+}}
+"""
+    gates = detect_source("".join(one.format(name=n) for n in ("mha_fwd", "mha_varlen_fwd", "mha_bwd")))
+    assert [g.location.line for g in gates] == [4, 9, 14]
+    assert len({g.id for g in gates}) == 3
+    assert all(g.admitted == caps((8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0)) for g in gates)
+
+
+def test_conditions_inside_a_lambda_body_are_gates() -> None:
+    text = """\
+void run_mha_fwd(Params& params) {
+  auto dprops = at::cuda::getCurrentDeviceProperties();
+  bool is_sm8x = dprops->major == 8 && dprops->minor > 0;
+  DROPOUT_SWITCH(params.p_dropout < 1.f, Is_dropout, [&] {
+    if (is_sm8x) {
+      run_kernel<128>(params);
+    } else {
+      run_kernel<64>(params);
+    }
+  });
+}
+"""
+    [gate] = detect_source(text)
+    assert (gate.location.line, gate.condition) == (5, "is_sm8x")
+    assert gate.admitted == caps((8, 6), (8, 7), (8, 8), (8, 9))
+    assert gate.else_kind is ElseKind.FALLBACK
+
+
+def test_a_struct_field_set_in_one_function_is_seen_in_another() -> None:
+    # FlashAttention 3: params.arch filled in set_params, read by the launcher.
+    text = """\
+struct Flash_fwd_params { int arch; int num_sm; };
+void set_params(Flash_fwd_params& params) {
+  auto dprops = at::cuda::getCurrentDeviceProperties();
+  params.arch = dprops->major * 10 + dprops->minor;
+  params.num_sm = dprops->multiProcessorCount;
+}
+void run_mha_fwd(Flash_fwd_params& params) {
+  if (params.arch >= 90) {
+    run_sm90(params);
+  } else {
+    run_sm80(params);
+  }
+  if (params.num_sm > 100) { big(); }
+}
+"""
+    [gate] = detect_source(text)
+    assert (gate.location.line, gate.condition) == (8, "params.arch >= 90")
+    assert gate.admitted == caps_from((9, 0))
+    assert "params.arch = dprops->major * 10 + dprops->minor" in evidence_text(gate)
+
+
+def test_generic_field_names_do_not_travel_between_structs() -> None:
+    text = """\
+void probe(Info& info) {
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  info.major = prop.major;
+  if (info.major >= 9) { tma(); }
+}
+void load(Version& v) {
+  if (v.major >= 9) { newer_format(); }
+}
+"""
+    gates = detect_source(text)
+    assert [(g.location.line, g.condition) for g in gates] == [(5, "info.major >= 9")]
 
 
 # ---------------------------------------------------------------------------

@@ -684,7 +684,7 @@ def _capability_helpers(
     index = HelperIndex()
     read: set[str] = set()
     todo = list(candidates)
-    searched: set[str] = set()
+    searched: set[bytes] = set()
     for _ in range(4):
         for path in todo:
             text = _read_text_lenient(fspaths[path])
@@ -694,11 +694,11 @@ def _capability_helpers(
                     index.add_source(path, text, host_regions(path, text, cuda_version))
         with contextlib.suppress(RecursionError):
             index.resolve()
-        names = {n for n in index.names() if len(n) >= 4} - searched
-        if not names:
+        new_needles = {n for n in index.needles() if len(n) >= 4} - searched
+        if not new_needles:
             break
-        searched |= names
-        needles = [n.encode() for n in names]
+        searched |= new_needles
+        needles = sorted(new_needles)
         todo = []
         for path, fspath in fspaths.items():
             if path in read:

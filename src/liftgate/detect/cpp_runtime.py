@@ -325,8 +325,18 @@ class HelperIndex:
             self.functions.setdefault(fdef.name, []).append(fdef)
 
     def names(self) -> set[str]:
-        """Names whose use makes a function worth walking."""
-        return self.tainted | set(self.fields)
+        """Names whose use makes a function worth walking (a struct field ``.arch`` as ``arch``)."""
+        return self.tainted | {name.lstrip(".") for name in self.fields}
+
+    def needles(self) -> set[bytes]:
+        """What a file must contain to use one of `names`: ``.arch``/``->arch`` for a struct field."""
+        out = {n.encode() for n in self.tainted}
+        for name in self.fields:
+            if name.startswith("."):
+                out |= {name.encode(), b"->" + name[1:].encode()}
+            else:
+                out.add(name.encode())
+        return out
 
     def resolve(self) -> bool:
         """Find helpers to a fixed point; True when something new was found.
@@ -783,8 +793,14 @@ class Interpreter:
             member = _last(str(node.value))
             if obj_node.kind == "name" and obj_node.value == "this":
                 return self._name(member, frame)
+            path = _member_path(node)
+            if path is not None and path in frame.env:
+                return frame.env[path]
             obj = self.eval(obj_node, frame, mask)
-            return lanewise(lambda v: _member(v, member), obj) if not obj.unknown else UNKNOWN
+            if obj.unknown and member not in _GENERIC_MEMBERS:
+                key = "." + member
+                return frame.fields.get(key) or self.index.fields.get(key) or UNKNOWN
+            return lanewise(lambda v: _member(v, member), obj)
         if kind == "tern":
             cond = self.eval(node.args[0], frame, mask)
             a = self.eval(node.args[1], frame, mask)
@@ -802,7 +818,7 @@ class Interpreter:
                 current = self.eval(node.args[0], frame, mask)
                 fn = _ARITH.get(node.op[:-1])
                 value = lanewise(fn, current, value) if fn else UNKNOWN
-            self._assign(node.args[0], value, frame, mask)
+            self._assign(node.args[0], value, frame, mask, source=node.args[1])
             return value
         if kind == "init":
             items = [self.eval(a, frame, mask) for a in node.args]
@@ -812,7 +828,20 @@ class Interpreter:
         if kind == "index":
             self.eval(node.args[0], frame, mask)
             return UNKNOWN
+        if kind == "lambda" and node.value is not None and self.sink is not None and frame is self.sink.frame:
+            self._lambda_body(int(str(node.value)), frame, mask)
         return UNKNOWN
+
+    def _lambda_body(self, brace: int, frame: _Frame, mask: Lanes) -> None:
+        """Walk a lambda's body for its gates (``DISPATCH_SWITCH(…, [&] { if (is_sm8x) … })``): it
+        sees the enclosing variables; what it returns or assigns stays inside it."""
+        block, _ = StmtParser(frame.toks).block(brace)
+        saved_env, saved_returns, saved_breaks = frame.env, frame.returns, frame.breaks
+        frame.env, frame.returns, frame.breaks = dict(saved_env), [], []
+        try:
+            self.exec_block(block.body, mask, frame, frame.toks[brace].region)
+        finally:
+            frame.env, frame.returns, frame.breaks = saved_env, saved_returns, saved_breaks
 
     def _name(self, name: str, frame: _Frame) -> CV:
         if name in frame.env:
@@ -828,8 +857,26 @@ class Interpreter:
             return self.index.fields[short]
         return UNKNOWN
 
-    def _assign(self, target: Node, value: CV, frame: _Frame, mask: Lanes, note: bool = True) -> None:
+    def _assign(
+        self, target: Node, value: CV, frame: _Frame, mask: Lanes, note: bool = True, source: Node | None = None
+    ) -> None:
+        if note and value.arch and value.trail:  # the step shows in the gate's chain
+            line = frame.toks[target.start].line if target.start < len(frame.toks) else None
+            shown = f"{node_text(frame.toks, target)} = {node_text(frame.toks, source) if source else '…'}"
+            value = CV(
+                value.lanes, _prepend(Evidence(shown, frame.fdef.path, line), value.trail), value.inferred
+            )
         this = target.kind == "member" and target.args[0].kind == "name" and target.args[0].value == "this"
+        if target.kind == "member" and not this:
+            # params.arch = major * 10 + minor: the object's field here, and any object's field of
+            # that name elsewhere (a struct filled in one function and read in another).
+            path = _member_path(target)
+            if path is None or not value.arch:
+                return
+            frame.env[path] = value
+            if _last(str(target.value)) not in _GENERIC_MEMBERS:
+                frame.fields.setdefault("." + _last(str(target.value)), value)
+            return
         if this:
             name = _last(str(target.value))
         elif target.kind == "name":
@@ -840,12 +887,6 @@ class Interpreter:
             return
         old = frame.env.get(name)
         local = old is not None or name in frame.fdef.params
-        if note and value.arch and value.trail:
-            line = frame.toks[target.start].line if target.start < len(frame.toks) else None
-            shown = f"{node_text(frame.toks, target)} = …"
-            value = CV(
-                value.lanes, _prepend(Evidence(shown, frame.fdef.path, line), value.trail), value.inferred
-            )
         if old is not None and mask != self.all_lanes:
             lanes = tuple(value.lanes[k] if k in mask else old.lanes[k] for k in range(len(self.all_lanes)))
             value = CV(lanes, _merge_trails(old, value), old.inferred or value.inferred)
@@ -1039,6 +1080,23 @@ def _closest(fdefs: list[FuncDef], path: str, nargs: int) -> FuncDef:
     return max(fdefs, key=score)
 
 
+# Field names too common to follow from one struct to any other (a CUDA version's .major, a
+# pair's .first): they are followed within a function only.
+_GENERIC_MEMBERS = frozenset({"major", "minor", "first", "second", "value", "x", "y", "version"})
+
+
+def _member_path(node: Node) -> str | None:
+    """``params.arch`` / ``p->cfg.sm`` as a dotted path when it is names all the way down."""
+    parts: list[str] = []
+    while node.kind == "member":
+        parts.append(_last(str(node.value)))
+        node = node.args[0]
+    if node.kind != "name" or node.value == "this":
+        return None
+    parts.append(str(node.value))
+    return ".".join(reversed(parts))
+
+
 def _component(value: object, k: int) -> object:
     if isinstance(value, tuple):
         return value[k] if k < len(value) else UNK
@@ -1189,7 +1247,7 @@ class _GateSink:
     gates: list[Gate] = field(default_factory=list)
     occurrences: dict[tuple[str, tuple[str, ...]], int] = field(default_factory=dict)
     enclosing: list[str] = field(default_factory=list)
-    seen: set[tuple[int, str]] = field(default_factory=set)
+    seen: set[tuple[str, int, int, str]] = field(default_factory=set)
 
     def _emit(
         self,
@@ -1208,7 +1266,7 @@ class _GateSink:
         extra: Iterable[Evidence] = (),
         text: str | None = None,
     ) -> str | None:
-        key = (cond_node.start, directive)
+        key = (frame.fdef.qualname, frame.fdef.line, cond_node.start, directive)
         if key in self.seen:
             return None
         self.seen.add(key)

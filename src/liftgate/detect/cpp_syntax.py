@@ -369,7 +369,7 @@ def _function_at(
 @dataclass(slots=True)
 class Node:
     """An expression node. ``kind`` is one of num, str, name, call, member, index, unary, bin,
-    tern, init, unknown; ``start``/``end`` index the tokens it spans (end exclusive)."""
+    tern, assign, init, lambda, unknown; ``start``/``end`` index the tokens it spans (end exclusive)."""
 
     kind: str
     start: int
@@ -554,16 +554,18 @@ class ExprParser:
             items = self._args(self.i + 1, close)
             self.i = close + 1
             return Node("init", start, self.i, args=items)
-        if t.text == "[":  # a lambda: its body is not followed
+        if t.text == "[":  # a lambda; ``value`` is the index of its body's '{' (or None)
             close = _match(self.toks, self.i, "[", "]", self.end)
             self.i = close + 1
             if self.peek() == "(":
                 self.i = _match(self.toks, self.i, "(", ")", self.end) + 1
             while self.i < self.end and self.peek() not in ("{", ";", ")", ","):
                 self.i += 1
+            body = None
             if self.peek() == "{":
+                body = self.i
                 self.i = _match(self.toks, self.i, "{", "}", self.end) + 1
-            return Node("unknown", start, self.i)
+            return Node("lambda", start, self.i, value=body)
         if t.kind == "id" or t.text == "::":
             name = self._qualified_name()
             return Node("name", start, self.i, value=name)
