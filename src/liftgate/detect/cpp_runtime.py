@@ -858,7 +858,13 @@ class Interpreter:
         return UNKNOWN
 
     def _assign(
-        self, target: Node, value: CV, frame: _Frame, mask: Lanes, note: bool = True, source: Node | None = None
+        self,
+        target: Node,
+        value: CV,
+        frame: _Frame,
+        mask: Lanes,
+        note: bool = True,
+        source: Node | None = None,
     ) -> None:
         if note and value.arch and value.trail:  # the step shows in the gate's chain
             line = frame.toks[target.start].line if target.start < len(frame.toks) else None
@@ -1549,15 +1555,10 @@ def detect_cpp_runtime(
     skips: list[Skip] = []
     for fdef in find_functions(toks, path):
         ids = _body_ids(fdef)
-        if ids.isdisjoint(_source_names()) and ids.isdisjoint(watch) and not any(map(_inferable_call, ids)):
+        if ids.isdisjoint(_source_names()) and ids.isdisjoint(watch) and not any(map(_inferable, ids)):
             continue
         _walk(Interpreter(index, path, table), fdef, sink, skips, path, package)
     return Detection(tuple(sink.gates), tuple(skips))
-
-
-@cache
-def _inferable_call(name: str) -> bool:
-    return _inferable(name)
 
 
 def _walk(

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from liftgate.detect.ppexpr import BINARY_PRECEDENCE
+
 # Every token, and every newline (to count lines), as plain strings: `re.findall` does the
 # scanning in C and skips whitespace by itself, several times faster than a Python loop over
 # match objects on CUTLASS-sized headers. A raw string literal needs a back-reference (a group,
@@ -379,27 +381,7 @@ class Node:
     args: list[Node] = field(default_factory=list)
 
 
-_BINARY = {
-    "||": 1,
-    "&&": 2,
-    "|": 3,
-    "^": 4,
-    "&": 5,
-    "==": 6,
-    "!=": 6,
-    "<": 7,
-    ">": 7,
-    "<=": 7,
-    ">=": 7,
-    "<=>": 7,
-    "<<": 8,
-    ">>": 8,
-    "+": 9,
-    "-": 9,
-    "*": 10,
-    "/": 10,
-    "%": 10,
-}
+_BINARY = {**BINARY_PRECEDENCE, "<=>": 7}
 _TYPE_WORDS = frozenset(
     {
         "int",

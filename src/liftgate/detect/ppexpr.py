@@ -377,6 +377,29 @@ def _norm(v: int, unsigned: bool) -> tuple[int, bool]:
     return (v & MASK64, True) if unsigned else (_signed(v), False)
 
 
+# C's binary operators and their precedence (higher binds tighter), shared with the C++ reader.
+BINARY_PRECEDENCE: dict[str, int] = {
+    "||": 1,
+    "&&": 2,
+    "|": 3,
+    "^": 4,
+    "&": 5,
+    "==": 6,
+    "!=": 6,
+    "<": 7,
+    ">": 7,
+    "<=": 7,
+    ">=": 7,
+    "<<": 8,
+    ">>": 8,
+    "+": 9,
+    "-": 9,
+    "*": 10,
+    "/": 10,
+    "%": 10,
+}
+
+
 class _Parser:
     def __init__(self, tokens: list[str], unknown_ident: Callable[[str], bool]) -> None:
         self.toks = tokens
@@ -444,26 +467,7 @@ class _Parser:
         chosen = then if cond[0] != 0 else other
         return None if chosen is None else _norm(chosen[0], unsigned)
 
-    _PREC: ClassVar[dict[str, int]] = {
-        "||": 1,
-        "&&": 2,
-        "|": 3,
-        "^": 4,
-        "&": 5,
-        "==": 6,
-        "!=": 6,
-        "<": 7,
-        ">": 7,
-        "<=": 7,
-        ">=": 7,
-        "<<": 8,
-        ">>": 8,
-        "+": 9,
-        "-": 9,
-        "*": 10,
-        "/": 10,
-        "%": 10,
-    }
+    _PREC: ClassVar[dict[str, int]] = BINARY_PRECEDENCE
 
     def binary(self, min_prec: int) -> Value:
         left = self.unary()

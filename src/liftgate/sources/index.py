@@ -827,18 +827,22 @@ def download_sdist(
                 return target
         except OSError:
             pass  # unreadable: download it again over it
-    try:
-        os.makedirs(dest, exist_ok=True)
-    except OSError as exc:
-        raise SourceError(
-            f"cannot write to the cache at {dest}: {exc.strerror or exc}; pass another --cache-dir"
-        ) from exc
+    _make_download_dir(dest)
     try:
         _download(client, file, target, request, observer)
     except BaseException:
         _remove_empty_dirs(dest, stop=downloads)
         raise
     return target
+
+
+def _make_download_dir(dest: str) -> None:
+    try:
+        os.makedirs(dest, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(
+            f"cannot write to the cache at {dest}: {exc.strerror or exc}; pass another --cache-dir"
+        ) from exc
 
 
 def fetch(
@@ -874,12 +878,7 @@ def fetch(
         return download_sdist(request, cache_root=cache_root, observer=observer), False
 
     dest = request.download_dir(cache_root)
-    try:
-        os.makedirs(dest, exist_ok=True)
-    except OSError as exc:
-        raise SourceError(
-            f"cannot write to the cache at {dest}: {exc.strerror or exc}; pass another --cache-dir"
-        ) from exc
+    _make_download_dir(dest)
 
     observer.start(f"Fetching {request.spec} from the package index")
     try:
