@@ -278,20 +278,20 @@ def infer_helper(name: str, path: str | None, line: int | None) -> CV | None:
     """The value of a helper whose definition is not in the scanned files, read from its name."""
     snake = _snake(name)
     bare = snake.removeprefix("get_").removeprefix("_")
-    if _VERSION_NAME.search(bare) and not bare.startswith(("is_", "has_")):
-        ev = Evidence(
-            f"{name}() read as the device's capability number (major*10+minor); its definition is not in the scanned files",
-            path,
-            line,
-        )
-        return per_cc(lambda cc: CapNum(cc), ev, inferred=True)
-    if _CAPABILITY_NAME.search(bare) and not bare.startswith(("is_", "has_")):
-        ev = Evidence(
-            f"{name}() read as the device's compute capability; its definition is not in the scanned files",
-            path,
-            line,
-        )
-        return per_cc(lambda cc: CapNum(cc), ev, inferred=True)
+    if not bare.startswith(("is_", "has_")):
+        if _VERSION_NAME.search(bare):
+            what = "capability number (major*10+minor)"
+        elif _CAPABILITY_NAME.search(bare):
+            what = "compute capability"
+        else:
+            what = ""
+        if what:
+            ev = Evidence(
+                f"{name}() read as the device's {what}; its definition is not in the scanned files",
+                path,
+                line,
+            )
+            return per_cc(lambda cc: CapNum(cc), ev, inferred=True)
     found = infer_from_name(snake)
     if found is None:
         return None
