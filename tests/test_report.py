@@ -376,7 +376,7 @@ def test_json_validates_against_schema(report: Report, schema: dict[str, Any], s
 
 def test_json_content(report: Report) -> None:
     document = json.loads(render(report, OutputFormat.JSON, RenderOptions(show=Show.ALL)))
-    assert document["schema_version"] == "1"
+    assert document["schema_version"] == "2"
     assert document["tool"] == {"name": "liftgate", "version": "0.0.0+test"}
     assert document["cuda_version"] == "13.0"
     assert document["summary"] == {
@@ -430,7 +430,7 @@ def test_schema_rejects_what_it_should(report: Report, schema: dict[str, Any]) -
         lambda d: d["gates"][0].pop("confidence"),
         lambda d: d["gates"][0].update(else_kind="fallthrough"),
         lambda d: d["summary"].pop("elapsed_s"),
-        lambda d: d.update(schema_version="2"),
+        lambda d: d.update(schema_version="1"),
         lambda d: d["gates"][0].update(then_span={"start": 0, "end": 3}),
     ]
     for break_it in broken:

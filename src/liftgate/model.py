@@ -165,6 +165,42 @@ class Finding:
     reason: str
 
 
+class VerdictKind(str, enum.Enum):
+    """Whether the code behind a gate that excludes a target could run there (see `liftgate.judge`)."""
+
+    LIFTABLE = "liftable"  # everything the region needs exists on the target
+    BLOCKED = "blocked"  # the region uses a feature the target lacks
+    UNKNOWN = (
+        "unknown"  # something the region needs could not be seen (an opaque call, a module not followed)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureUse:
+    """A hardware feature used by the code behind a gate, where, and through which call."""
+
+    feature: str
+    path: str
+    line: int
+    text: str  # what matched: a PTX mnemonic, an intrinsic, a CUTLASS name
+    via: str | None = None  # the function or macro of the region that leads there
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The judgement of one gate for one target it excludes."""
+
+    gate_id: str
+    target: Arch
+    kind: VerdictKind
+    reasons: tuple[str, ...]
+    uses: tuple[FeatureUse, ...] = ()
+    missing: tuple[FeatureUse, ...] = ()  # uses whose feature the target lacks
+    unresolved: tuple[str, ...] = ()  # what could not be followed, as "name (path:line)"
+    hazards: tuple[str, ...] = ()
+    scope: str = ""  # what was analysed: the region's lines, the JIT sources, or "best effort"
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """What the user asked for (``rtx5090``) and the arch it resolved to (``sm_120``)."""
@@ -193,6 +229,11 @@ class Report:
     elapsed_s: float
     cuda_version: tuple[int, int]
     notes: tuple[str, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()  # for gates that exclude a target, when the scan was asked to judge
+
+    def verdict_index(self) -> dict[tuple[str, Arch], Verdict]:
+        """Verdicts by (gate id, target); build it once per rendering, not per gate."""
+        return {(v.gate_id, v.target): v for v in self.verdicts}
 
     def findings(self, target: Arch) -> list[Finding]:
         from liftgate.evaluate import evaluate

@@ -51,6 +51,7 @@ from liftgate.model import (
     Span,
     Target,
     Truth,
+    Verdict,
 )
 from liftgate.sources.interface import NullObserver, Observer, Package, SourceFile
 
@@ -434,11 +435,13 @@ def scan(
     offline: bool = False,
     observer: Observer | None = None,
     sdist: bool = False,
+    judge: bool = False,
 ) -> Report:
     """Scan sources for architecture gates and evaluate them for ``targets``.
 
     ``sources`` are paths (directories, wheels, sdists), ``name==version`` specs fetched from the
-    package index, or ``env:PATH``; empty means the current environment (or ``env``).
+    package index, or ``env:PATH``; empty means the current environment (or ``env``). With
+    ``judge``, every gate that excludes a target gets a `Verdict` (`liftgate.judge`).
     """
     from liftgate.sources import resolve_sources
     from liftgate.sources.cache import cache_root
@@ -490,6 +493,18 @@ def scan(
         _reset_worker()  # the in-process analysers hold whole packages' lexed headers
     all_gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
     all_skips.sort(key=lambda s: ((s.package or "").lower(), s.path))
+    verdicts: list[Verdict] = []
+    if judge and resolved_targets:
+        from liftgate.judge.verdict import judge_report
+
+        observer.start("judging the gated code", total=None)
+        verdicts = judge_report(
+            all_gates,
+            list(dict.fromkeys(t.arch for t in resolved_targets)),
+            [(p.name, p.version, {f.path: f.fspath for f in p.files}) for p in packages],
+            _read_text_lenient,
+        )
+        observer.finish()
     return Report(
         targets=resolved_targets,
         packages=tuple(summaries),
@@ -499,6 +514,7 @@ def scan(
         elapsed_s=time.perf_counter() - started,
         cuda_version=cuda_version,
         notes=tuple(notes),
+        verdicts=tuple(verdicts),
     )
 
 

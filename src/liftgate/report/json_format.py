@@ -13,12 +13,13 @@ from importlib import resources
 from typing import Any
 
 import liftgate
-from liftgate.model import Evidence, Gate, GateKind, Report, Skip, Span
+from liftgate.arch.core import Arch
+from liftgate.model import Evidence, FeatureUse, Gate, GateKind, Report, Skip, Span, Verdict
 from liftgate.report.interface import RenderOptions
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 SCHEMA_RESOURCE = "report.schema.json"
 
 
@@ -38,9 +39,34 @@ def _evidence(evidence: Evidence) -> dict[str, Any]:
     return {"text": evidence.text, "path": evidence.path, "line": evidence.line}
 
 
-def gate_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
-    """One gate as the schema's ``gate`` object, with its status for each distinct target."""
+def _use(use: FeatureUse) -> dict[str, Any]:
+    return {"feature": use.feature, "path": use.path, "line": use.line, "text": use.text, "via": use.via}
+
+
+def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
+    return {
+        "target": verdict.target.name,
+        "verdict": verdict.kind.value,
+        "reasons": list(verdict.reasons),
+        "missing": [_use(u) for u in verdict.missing],
+        "uses": [_use(u) for u in verdict.uses],
+        "unresolved": list(verdict.unresolved),
+        "hazards": list(verdict.hazards),
+        "scope": verdict.scope,
+    }
+
+
+def gate_to_dict(
+    gate: Gate, report: Report, verdicts: dict[tuple[str, Arch], Verdict] | None = None
+) -> dict[str, Any]:
+    """One gate as the schema's ``gate`` object, with its status (and verdict) for each distinct target."""
     loc = gate.location
+    found = (
+        [verdicts[(gate.id, t.arch)] for t in distinct_targets(report) if (gate.id, t.arch) in verdicts]
+        if verdicts
+        else []
+    )
+    extra: dict[str, Any] = {"verdicts": [verdict_to_dict(v) for v in found]} if report.verdicts else {}
     return {
         "id": gate.id,
         "kind": gate.kind.value,
@@ -63,6 +89,7 @@ def gate_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
         "depends_on": list(gate.depends_on),
         "enclosing": list(gate.enclosing),
         "status": {target.arch.name: gate.status(target.arch).value for target in distinct_targets(report)},
+        **extra,
     }
 
 
@@ -73,6 +100,16 @@ def _skip(skip: Skip) -> dict[str, Any]:
 def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
     """The report as plain JSON-ready data, ordered deterministically (package, path, line)."""
     counts = target_counts(report)
+    verdicts = report.verdict_index()
+    summary_verdicts: dict[str, Any] = {}
+    if report.verdicts:
+        for target in distinct_targets(report):
+            tally = {"liftable": 0, "blocked": 0, "unknown": 0, "hazard": 0}
+            for v in report.verdicts:
+                if v.target == target.arch:
+                    tally[v.kind.value] += 1
+                    tally["hazard"] += bool(v.hazards)
+            summary_verdicts[target.arch.name] = tally
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "liftgate", "version": liftgate.__version__},
@@ -95,8 +132,9 @@ def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
                 for arch_name, c in counts.items()
             },
             "elapsed_s": round(report.elapsed_s, 3),
+            **({"verdicts": summary_verdicts} if report.verdicts else {}),
         },
-        "gates": [gate_to_dict(gate, report) for gate in select_gates(report, options)],
+        "gates": [gate_to_dict(gate, report, verdicts) for gate in select_gates(report, options)],
         "skips": [_skip(skip) for skip in sorted(report.skips, key=skip_sort_key)],
         "notes": list(report.notes),
     }

@@ -1,0 +1,399 @@
+"""Verdicts: could the code behind a gate that excludes a target run there?
+
+`judge_report` takes a scan's gates and the packages they came from and, for every gate that
+excludes (or may exclude) a target, analyses what the gated code needs and decides:
+
+* ``blocked``: the code uses a feature the target lacks; each is named with where it is used
+  (tcgen05 on sm_120 is blocked; ``griddepcontrol`` on sm_120 is not: it assembles there).
+* ``unknown``: every feature seen exists on the target, but something was not seen: a call that
+  could not be followed into the package, or code that is not analysed (a binary, a Python
+  branch that reaches no source liftgate can read).
+* ``liftable``: everything the code needs exists on the target.
+
+What "the code" is depends on the gate kind:
+
+* cuda-pp: the gate's then-region as the target would compile it once lifted, and the device
+  functions and macros it calls (`liftgate.judge.region`).
+* py-build / cmake: the CUDA sources the filter or arch list builds (named in the gate's
+  evidence) and the package headers they include. CUDA gates inside those sources that still
+  exclude the target are noted: lifting the filter alone compiles their code out.
+* cpp-runtime: the host branch, with the functions it calls (kernels and launchers).
+* py-runtime: best effort (`liftgate.judge.pyregion`): catalog evidence in the branch, and the
+  sources of JIT modules the branch builds.
+
+Hazards are reported whatever the verdict: ordering or synchronisation compiled out with
+nothing in its place (with programmatic dependent launch still enabled by the host, that is a
+data race, not a clean failure), and shared-memory sizes beyond the target's per-block limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from liftgate.arch.core import Arch, universe
+from liftgate.judge.catalog import Feature, load_catalog
+from liftgate.judge.pyregion import PyFunctions, branch_calls
+from liftgate.judge.region import (
+    MAX_CLOSURE,
+    MAX_DEPENDENTS,
+    MAX_DEPTH,
+    FileStore,
+    RegionAnalyzer,
+    RegionFacts,
+    shared_memory_limit,
+)
+from liftgate.model import ElseKind, FeatureUse, Gate, GateKind, Status, Verdict, VerdictKind
+
+_SOURCES = re.compile(r"(?:built from|builds) (.+?)(?: for | at |$)")
+_MODULE = re.compile(r'JIT module "([^"]+)"')
+MAX_LISTED = 6
+BEST_EFFORT = "best effort"
+
+
+def _fmt(use: FeatureUse) -> str:
+    via = f" via {use.via}()" if use.via else ""
+    return f"{use.text} at {use.path}:{use.line}{via}"
+
+
+def _listed(items: Sequence[str], limit: int = MAX_LISTED) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+@dataclass
+class _Generator:
+    """A Python function that holds a build gate whose sources are known: calling it builds them."""
+
+    gate: Gate
+    module: str
+    sources: list[str]
+
+
+@dataclass
+class PackageContext:
+    """What verdicts of one package share: its paths, its analyser, its JIT module generators."""
+
+    paths: list[str]
+    analyzer: RegionAnalyzer
+    read: Callable[[str], str | None]
+    generators: dict[str, list[_Generator]] = field(default_factory=dict)
+    _python: dict[str, PyFunctions] = field(default_factory=dict)
+
+    def python(self, path: str) -> PyFunctions:
+        if path not in self._python:
+            text = self.read(path)
+            self._python[path] = PyFunctions.parse(text) if text is not None else PyFunctions({}, [])
+        return self._python[path]
+
+
+def _build_context(store: FileStore, paths: list[str], gates: Sequence[Gate], target: Arch) -> PackageContext:
+    ctx = PackageContext(paths, RegionAnalyzer(store, gates, target), store.read)
+    for gate in gates:
+        if gate.kind is not GateKind.PY_BUILD or not gate.location.path.endswith(".py"):
+            continue
+        sources = _jit_sources(gate, paths)
+        if not sources:
+            continue
+        holder = ctx.python(gate.location.path).enclosing(gate.location.line)
+        if holder:
+            module = next((m.group(1) for e in gate.evidence if (m := _MODULE.search(e.text))), holder)
+            ctx.generators.setdefault(holder, []).append(_Generator(gate, module, sources))
+    return ctx
+
+
+def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
+    """The verdict of one gate for one target (the gate is expected to exclude it, or be unknown for it)."""
+    catalog = {f.id: f for f in load_catalog()}
+    analyzer = ctx.analyzer
+    if gate.kind is GateKind.CUDA_PP:
+        if gate.then_span is None:
+            return Verdict(
+                gate.id, target, VerdictKind.LIFTABLE,
+                ("the gate guards no code; lifting it changes nothing",), scope="no code",
+            )  # fmt: skip
+        span = gate.then_span
+        if analyzer.file(gate.location.path) is None:
+            return _not_analysed(gate, target, "a CUDA gate whose file could not be read")
+        region = analyzer.analyze(gate.location.path, span.start, span.end)
+        facts = RegionFacts()
+        facts.merge(region)
+        scope = f"{gate.location.path}:{span.start}-{span.end}" + (
+            f", following {_listed(region.followed)}" if region.followed else ""
+        )
+        if region.defines:
+            # A gate that defines a macro (CUTE_ARCH_MMA_SM90A_ENABLED) guards, through it, every
+            # region that tests the macro: lifting it turns them on.
+            dependents = analyzer.macro_dependents(region.defines, gate.id)
+            for macro, dependent, first, last in dependents:
+                facts.merge(analyzer.analyze(dependent.location.path, first, last), via=macro)
+            if dependents:
+                macros = list(dict.fromkeys(m for m, *_ in dependents))
+                count = (
+                    f"{len(dependents)}"
+                    if len(dependents) < MAX_DEPENDENTS
+                    else f"at least {MAX_DEPENDENTS} (the first read)"
+                )
+                scope += f"; it defines {_listed(macros, 3)}, which guards {count} region(s) in the package"
+        return _decide(gate, target, facts, catalog, scope)
+    if gate.kind in (GateKind.PY_BUILD, GateKind.CMAKE):
+        sources = _jit_sources(gate, ctx.paths)
+        if not sources:
+            what = "build filter" if gate.kind is GateKind.PY_BUILD else "CMake arch list"
+            return _not_analysed(
+                gate, target, f"a {what} whose sources are not named or not in the scanned files"
+            )
+        facts, notes = _sources_facts(sources, analyzer)
+        scope = "the sources it builds and the package headers they include: " + _listed(sources)
+        return _decide(gate, target, facts, catalog, scope, notes=notes)
+    if gate.kind is GateKind.CPP_RUNTIME:
+        if gate.then_span is None:
+            return _not_analysed(
+                gate,
+                target,
+                "a host-side check that fails on the target: what it protects is the code after it",
+            )
+        span = gate.then_span
+        facts = analyzer.analyze(gate.location.path, span.start, span.end)
+        scope = f"the host branch {gate.location.path}:{span.start}-{span.end}" + (
+            f", following {_listed(facts.followed)}" if facts.followed else ""
+        )
+        return _decide(gate, target, facts, catalog, scope, silent_hazard=False)
+    if gate.kind is GateKind.PY_RUNTIME:
+        return _judge_python(gate, target, ctx, catalog)
+    return _not_analysed(gate, target, "a binary: what its kernels need is not analysed")
+
+
+def _not_analysed(gate: Gate, target: Arch, what: str) -> Verdict:
+    return Verdict(gate.id, target, VerdictKind.UNKNOWN, (f"not analysed: {what}",), scope=BEST_EFFORT)
+
+
+def _sources_facts(sources: Sequence[str], analyzer: RegionAnalyzer) -> tuple[RegionFacts, list[str]]:
+    """Features of whole source files and their package headers, as compiled for the target."""
+    facts = RegionFacts()
+    still_excluded: list[str] = []
+    for path in sources:
+        for member in analyzer.closure(path):
+            info = analyzer.file(member)
+            if info is None:
+                facts.unresolved.setdefault(f"{member} (unreadable)", (member, 0))
+                continue
+            facts.merge(analyzer.analyze(member, 1, len(info.lines), follow=False))
+            for g in analyzer.nested_gates(member, 1, len(info.lines)):
+                if g.status(analyzer.target) is Status.EXCLUDED and g.then_span is not None:
+                    still_excluded.append(g.id)
+    notes = []
+    if any(analyzer.store.closure_truncated(path) for path in sources):
+        notes.append(f"only the first {MAX_CLOSURE} files of each source's include closure were read")
+    if still_excluded:
+        unique = list(dict.fromkeys(still_excluded))
+        notes.append(
+            f"{len(unique)} CUDA gate(s) in these sources still exclude {analyzer.target.name} "
+            f"(e.g. {_listed(unique, 3)}): lifting this gate alone compiles their code out; judge them too"
+        )
+    return facts, notes
+
+
+def _judge_python(gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[str, Feature]) -> Verdict:
+    path = gate.location.path
+    functions = ctx.python(path)
+    if gate.then_span is not None:
+        first, last = gate.then_span.start, gate.then_span.end
+        what = f"the branch {path}:{first}-{last}"
+    else:
+        holder = functions.enclosing(gate.location.line)
+        spans = [s for s in functions.spans.get(holder or "", ()) if s[0] <= gate.location.line <= s[1]]
+        if not spans:
+            return _not_analysed(
+                gate, target, "a Python check outside any function: what it protects is not followed"
+            )
+        first, last = gate.location.line, spans[-1][1]
+        what = f"the rest of {holder}() after the check ({path}:{first}-{last})"
+    branch = branch_calls(functions, first, last, set(ctx.generators))
+    facts = RegionFacts()
+    # Catalog evidence written in the Python itself (CuTe DSL names, CUTLASS kernel names).
+    facts.merge(ctx.analyzer.analyze(path, first, last, follow=False))
+    facts.unresolved.clear()
+    notes: list[str] = []
+    reached: list[str] = []
+    for name in branch.generators:
+        for gen in ctx.generators[name]:
+            sub, sub_notes = _sources_facts(gen.sources, ctx.analyzer)
+            facts.merge(sub, via=name)
+            notes.extend(sub_notes)
+            reached.extend(gen.sources)
+            if gen.gate.status(target) is not Status.ADMITTED:
+                notes.append(
+                    f'it builds JIT module "{gen.module}" ({name}()), whose build gate {gen.gate.id} also '
+                    f"excludes {target.name}: lift both"
+                )
+    scope = f"{BEST_EFFORT}: {what}" + (f", following {_listed(branch.followed)}" if branch.followed else "")
+    if reached:
+        scope += "; JIT sources " + _listed(list(dict.fromkeys(reached)))
+    elif not facts.uses:
+        calls = _listed(branch.calls) if branch.calls else "nothing"
+        return Verdict(
+            gate.id, target, VerdictKind.UNKNOWN,
+            (f"not analysed: {what} calls {calls}; none of it leads to a JIT module or source liftgate can read",),
+            scope=scope,
+        )  # fmt: skip
+    elif not reached:
+        facts.unresolved.setdefault(
+            f"{what} (kernels it runs are not found; only names in the Python were read)", (path, first)
+        )
+    return _decide(gate, target, facts, catalog, scope, silent_hazard=False, notes=notes)
+
+
+def _jit_sources(gate: Gate, paths: Sequence[str]) -> list[str]:
+    """Package paths of the CUDA sources a build gate guards (named in its evidence)."""
+    names: list[str] = []
+    for e in gate.evidence:
+        m = _SOURCES.search(e.text)
+        if m:
+            text = re.sub(r" and \d+ more$", "", m.group(1).strip())
+            names.extend(n.strip().strip('"') for n in text.split(",") if n.strip())
+    out: list[str] = []
+    for name in names:
+        name = name.rstrip(".").removesuffix(" …")
+        if not name or "…" in name:
+            continue
+        matches = [p for p in paths if p == name or p.endswith("/" + name)]
+        if matches:
+            out.append(min(matches, key=len))
+    return list(dict.fromkeys(out))
+
+
+def _variant_with(missing: Iterable[str], target: Arch, catalog: dict[str, Feature]) -> Arch | None:
+    """An arch-specific variant of the target's capability that has every missing feature."""
+    if target.variant:
+        return None
+    for arch in sorted(universe(), key=lambda a: a.name):
+        if arch.cc == target.cc and arch.variant and all(arch in catalog[f].archs for f in missing):
+            return arch
+    return None
+
+
+def _decide(
+    gate: Gate,
+    target: Arch,
+    facts: RegionFacts,
+    catalog: dict[str, Feature],
+    scope: str,
+    silent_hazard: bool = True,
+    notes: Sequence[str] = (),
+) -> Verdict:
+    uses = [FeatureUse(u.feature, u.path, u.line, u.text, u.via) for u in facts.all_uses()]
+    missing = [u for u in uses if target not in catalog[u.feature].archs]
+    unresolved = [
+        f"{name} ({path}:{line})" if line else name for name, (path, line) in facts.unresolved.items()
+    ]
+    reasons: list[str] = []
+    if missing:
+        kind = VerdictKind.BLOCKED
+        by_feature: dict[str, list[FeatureUse]] = {}
+        for u in missing:
+            by_feature.setdefault(u.feature, []).append(u)
+        for fid, found in by_feature.items():
+            feature = catalog[fid]
+            more = facts.counts.get(fid, len(found)) - len(found)
+            where = "; ".join(_fmt(u) for u in found) + (f" (+{more} more)" if more > 0 else "")
+            reasons.append(f"{target.name} lacks {fid} ({feature.description}): used at {where}")
+        variant = _variant_with(by_feature, target, catalog)
+        if variant is not None:
+            reasons.append(
+                f"{variant.name} has all of these: if the build compiles arch-specific targets "
+                f"(FlashInfer's JIT does from 9.0 on), judge with --target {variant.name}"
+            )
+    elif unresolved or facts.deeper:
+        kind = VerdictKind.UNKNOWN
+        if unresolved:
+            reasons.append(
+                f"every feature seen exists on {target.name}, but these were not found in the package: "
+                f"{_listed(unresolved)}"
+            )
+        if facts.deeper:
+            deeper = [f"{name} ({path}:{line})" for name, (path, line) in facts.deeper.items()]
+            reasons.append(
+                f"every feature seen exists on {target.name}, but calls deeper than {MAX_DEPTH} levels were not "
+                f"followed: {_listed(deeper)}"
+            )
+    else:
+        kind = VerdictKind.LIFTABLE
+        present = sorted({u.feature for u in uses})
+        reasons.append(
+            f"everything the code uses exists on {target.name}"
+            + (f" ({', '.join(present)})" if present else " (no special hardware feature)")
+        )
+    reasons.extend(notes)
+    hazards: list[str] = []
+    if silent_hazard and gate.kind is GateKind.CUDA_PP and gate.else_kind is ElseKind.NONE:
+        ordering = [u for u in uses if catalog[u.feature].ordering]
+        if ordering:
+            hazards.append(
+                f"silent exclusion: on {target.name} this code is compiled out with nothing in its place, "
+                f"and it orders or synchronises ({'; '.join(_fmt(u) for u in ordering[:3])}). If the host still "
+                "launches the kernel with programmatic dependent launch, the dependent kernel can run before "
+                "its producer finishes: a data race, not an error"
+            )
+    limit = shared_memory_limit(target)
+    if limit is not None:
+        for size, path, line, text in facts.smem:
+            if size > limit:
+                hazards.append(
+                    f"shared memory: {text} at {path}:{line} asks for {size:,} bytes per block; "
+                    f"{target.name} allows {limit:,}"
+                )
+    return Verdict(
+        gate.id,
+        target,
+        kind,
+        tuple(dict.fromkeys(reasons)),
+        tuple(uses),
+        tuple(missing),
+        tuple(unresolved)
+        + tuple(f"{n} ({p}:{line}; not followed: too deep)" for n, (p, line) in facts.deeper.items()),
+        tuple(dict.fromkeys(hazards)),
+        scope,
+    )
+
+
+def _reader(files: dict[str, str], read: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    def read_package_path(path: str) -> str | None:
+        return read(files[path]) if path in files else None
+
+    return read_package_path
+
+
+def judge_report(
+    gates: Iterable[Gate],
+    targets: Sequence[Arch],
+    packages: Iterable[tuple[str, str | None, dict[str, str]]],
+    read: Callable[[str], str | None],
+    only: Callable[[Gate], bool] | None = None,
+) -> list[Verdict]:
+    """Verdicts for every gate that excludes (or may exclude) one of ``targets``.
+
+    ``packages`` gives, per package (name, version), its files as package path -> filesystem path;
+    ``read`` reads a filesystem path as text (None when it cannot). ``only`` limits which gates
+    are judged (all gates still inform the analysis).
+    """
+    by_package: dict[tuple[str, str | None], list[Gate]] = {}
+    for gate in gates:
+        by_package.setdefault((gate.location.package, gate.location.version), []).append(gate)
+    verdicts: list[Verdict] = []
+    for name, version, files in packages:
+        pkg_gates = by_package.get((name, version), [])
+        if not pkg_gates:
+            continue
+        paths = sorted(files)
+        store = FileStore(paths, _reader(files, read))
+        for target in targets:
+            todo = [
+                g for g in pkg_gates if g.status(target) is not Status.ADMITTED and (only is None or only(g))
+            ]
+            if not todo:
+                continue
+            ctx = _build_context(store, paths, pkg_gates, target)
+            verdicts.extend(judge_gate(g, target, ctx) for g in todo)
+    return verdicts
