@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
@@ -435,13 +435,16 @@ def scan(
     offline: bool = False,
     observer: Observer | None = None,
     sdist: bool = False,
-    judge: bool = False,
+    judge: bool | Callable[[Gate], bool] = False,
+    files_out: dict[tuple[str, str | None], dict[str, str]] | None = None,
 ) -> Report:
     """Scan sources for architecture gates and evaluate them for ``targets``.
 
     ``sources`` are paths (directories, wheels, sdists), ``name==version`` specs fetched from the
     package index, or ``env:PATH``; empty means the current environment (or ``env``). With
-    ``judge``, every gate that excludes a target gets a `Verdict` (`liftgate.judge`).
+    ``judge``, every gate that excludes a target gets a `Verdict` (`liftgate.judge`); a callable
+    chooses which gates are judged. ``files_out``, when given, receives each package's files
+    (package path -> filesystem path, keyed by (name, version)) for callers that show source.
     """
     from liftgate.sources import resolve_sources
     from liftgate.sources.cache import cache_root
@@ -493,6 +496,9 @@ def scan(
         _reset_worker()  # the in-process analysers hold whole packages' lexed headers
     all_gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
     all_skips.sort(key=lambda s: ((s.package or "").lower(), s.path))
+    if files_out is not None:
+        for p in packages:
+            files_out[(p.name, p.version)] = {f.path: f.fspath for f in p.files}
     verdicts: list[Verdict] = []
     if judge and resolved_targets:
         from liftgate.judge.verdict import judge_report
@@ -503,6 +509,7 @@ def scan(
             list(dict.fromkeys(t.arch for t in resolved_targets)),
             [(p.name, p.version, {f.path: f.fspath for f in p.files}) for p in packages],
             _read_text_lenient,
+            only=judge if callable(judge) else None,
         )
         observer.finish()
     return Report(

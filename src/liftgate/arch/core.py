@@ -312,3 +312,23 @@ TOOLKIT_MACROS = frozenset(
         "__CUDART_API_VERSION",
     }
 )
+
+
+def cuda_exact_test(arch: Arch) -> str:
+    """A preprocessor condition true in exactly the device passes that compile for ``arch``.
+
+    A plain target (``sm_120``) is admitted with its arch-specific variants (code that needs only
+    what sm_120 has runs on sm_120a and sm_120f too); ``sm_120a`` only in its own pass
+    (``__CUDA_ARCH_FEAT_SM120_ALL``); ``sm_120f`` in the family-specific passes of that capability
+    (``sm_120f`` and ``sm_120a``: ``a`` has every ``f`` feature). Never true in the host pass.
+    tests/test_arch_exact_test.py evaluates it for every known target.
+    """
+    value = arch.cuda_arch
+    if arch.variant == "a":
+        return f"(defined(__CUDA_ARCH__) && __CUDA_ARCH__ == {value} && defined(__CUDA_ARCH_FEAT_SM{arch.number}_ALL))"
+    if arch.variant == "f":
+        return (
+            f"(defined(__CUDA_ARCH__) && __CUDA_ARCH__ == {value} && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) "
+            f"&& __CUDA_ARCH_FAMILY_SPECIFIC__ == {value})"
+        )
+    return f"(defined(__CUDA_ARCH__) && __CUDA_ARCH__ == {value})"

@@ -505,7 +505,7 @@ def _constant(text: str) -> int | None:
 _NOT_A_TYPE = frozenset(
     {"return", "else", "case", "throw", "new", "do", "co_return", "co_await", "typename", "template"}
 )
-_WORD_BEFORE = re.compile(r"([A-Za-z_]\w*)\s*$")
+_WORD_BEFORE = re.compile(r"([A-Za-z_]\w*)[ \t]*$")
 
 
 def _declaration(code: str, start: int) -> bool:

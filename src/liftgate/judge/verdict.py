@@ -53,7 +53,7 @@ BEST_EFFORT = "best effort"
 
 
 def _fmt(use: FeatureUse) -> str:
-    via = f" via {use.via}()" if use.via else ""
+    via = f" via {use.via}{'()' if use.via.isidentifier() else ''}" if use.via else ""
     return f"{use.text} at {use.path}:{use.line}{via}"
 
 
@@ -127,7 +127,7 @@ def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
             # region that tests the macro: lifting it turns them on.
             dependents = analyzer.macro_dependents(region.defines, gate.id)
             for macro, dependent, first, last in dependents:
-                facts.merge(analyzer.analyze(dependent.location.path, first, last), via=macro)
+                facts.merge(analyzer.analyze(dependent.location.path, first, last), via=f"macro {macro}")
             if dependents:
                 macros = list(dict.fromkeys(m for m, *_ in dependents))
                 count = (
