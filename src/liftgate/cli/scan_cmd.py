@@ -12,7 +12,7 @@ from liftgate.model import GateKind
 
 FORMATS = ("table", "json", "sarif", "markdown")
 SHOWS = ("excluded", "admitted", "all")
-FAIL_ON = ("excluded", "unknown", "any")
+FAIL_ON = ("excluded", "unknown", "any", "blocked", "liftable", "hazard")
 
 
 def configure_parser(subparsers: Any) -> None:
@@ -54,7 +54,19 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument(
         "--fail-on",
         choices=FAIL_ON,
-        help="exit 1 if a listed gate excludes a target (excluded), is unknown for one (unknown), or either (any)",
+        help=(
+            "exit 1 if a listed gate excludes a target (excluded), is unknown for one (unknown), either "
+            "(any), or is judged blocked, liftable, or carries a hazard for one (blocked, liftable, hazard)"
+        ),
+    )
+    p.add_argument(
+        "--judge",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=(
+            "judge every gate that excludes a target: could its code run there (liftable, blocked, "
+            "unknown) and hazards (default: on; --no-judge for the inventory only)"
+        ),
     )
     p.add_argument(
         "--cuda-version", metavar="X.Y", help="toolkit version assumed for CUDART_VERSION-style conditions"
@@ -138,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
             offline=args.offline,
             observer=observer,
             sdist=args.sdist,
+            judge=args.judge or args.fail_on in ("blocked", "liftable", "hazard"),
         )
     except SourceError as exc:
         return _error(str(exc))
@@ -166,6 +179,14 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     if not args.quiet:
         sys.stderr.write(summary_line(report) + "\n")
+    if args.fail_on in ("blocked", "liftable", "hazard"):
+        listed = {g.id for g in select_gates(report, options)}
+        for v in report.verdicts:
+            if v.gate_id in listed and (
+                v.hazards if args.fail_on == "hazard" else v.kind.value == args.fail_on
+            ):
+                return 1
+        return 0
     if args.fail_on:
         wanted = {
             "excluded": {Status.EXCLUDED},

@@ -1,0 +1,316 @@
+"""``liftgate explain GATE_ID [SOURCE…] --target ARCH``: one gate, judged, with its code.
+
+Shows the gate (where, kind, condition, directive), how it evaluates for every target asked
+for, its evidence chain, the region it guards as the target would compile it once lifted (each
+line that uses a catalog feature marked with the feature; lines that nested gates keep out
+marked as such), the verdict with its reasons, what was analysed, hazards, and, for CUDA gates,
+the directive a lift would write (`liftgate.arch.core.cuda_exact_test`). ``--compile-check``
+also compiles the gated translation unit with the gate lifted (`liftgate.judge.compile_check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+MAX_REGION_LINES = 40
+
+
+def configure_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "explain",
+        help="show one gate: its condition, the code it guards, the verdict and hazards",
+        description=(
+            "Explain one gate for each --target: its condition and evidence, the region it guards "
+            "with the hardware features it uses, the verdict (liftable, blocked, unknown) with "
+            "reasons and hazards, and the directive a lift would write. SOURCEs are as for scan "
+            "(the gate id comes from a scan of the same sources); a unique prefix of the id is enough."
+        ),
+        epilog="Exit codes: 0 explained, 2 usage error or no such gate.",
+    )
+    p.add_argument("gate_id", metavar="GATE_ID")
+    p.add_argument("sources", nargs="*", metavar="SOURCE")
+    p.add_argument(
+        "-t", "--target", action="append", default=[], metavar="ARCH", help="target architecture, repeatable"
+    )
+    p.add_argument("--env", metavar="PATH", help="look in another environment (a virtualenv or prefix)")
+    p.add_argument("-f", "--format", choices=("text", "json"), default="text", help="output format")
+    p.add_argument("--sdist", action="store_true", help="fetch source distributions for NAME==VERSION specs")
+    p.add_argument("--offline", action="store_true", help="never contact the package index")
+    p.add_argument("--cache-dir", metavar="DIR", help="cache directory (default: the user cache dir)")
+    p.add_argument(
+        "--compile-check",
+        action="store_true",
+        help="also compile the gated translation unit with the gate lifted, with nvcc, for each target",
+    )
+    p.set_defaults(run=run)
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"liftgate: error: {message}\n")
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from liftgate.arch.parse import UnknownArchError, parse_target
+    from liftgate.cli.progress import make_observer
+    from liftgate.model import Target
+    from liftgate.scanner import scan
+    from liftgate.sources.interface import SourceError
+
+    targets: list[Target] = []
+    try:
+        for spelling in args.target:
+            for item in (s.strip() for s in spelling.split(",") if s.strip()):
+                targets.append(Target(item, parse_target(item)))
+    except UnknownArchError as exc:
+        return _error(str(exc))
+    if not targets:
+        from liftgate.arch.nvml import NoGpuError, detect_local_archs
+
+        try:
+            targets = [Target(f"local GPU ({a.name})", a) for a in detect_local_archs()]
+        except NoGpuError as exc:
+            return _error(str(exc))
+    wanted = args.gate_id.strip()
+    if len(wanted) < 4:
+        return _error(f"gate id {wanted!r} is too short: give at least 4 characters (e.g. cu-1a2b)")
+    files: dict[tuple[str, str | None], dict[str, str]] = {}
+    observer = make_observer(quiet=not sys.stderr.isatty())
+    try:
+        report = scan(
+            args.sources,
+            targets,
+            env=args.env,
+            cache_dir=args.cache_dir,
+            offline=args.offline,
+            sdist=args.sdist,
+            observer=observer,
+            judge=lambda g: g.id.startswith(wanted),
+            files_out=files,
+        )
+    except SourceError as exc:
+        return _error(str(exc))
+    finally:
+        observer.finish()
+    matches = [g for g in report.gates if g.id.startswith(wanted)]
+    if not matches:
+        where = ", ".join(args.sources) or "the environment"
+        return _error(
+            f"no gate {wanted!r} in {where}: run `liftgate scan` on the same sources to list gate ids"
+        )
+    if len(matches) > 1:
+        ids = ", ".join(g.id for g in matches[:8])
+        return _error(f"gate id {wanted!r} is ambiguous ({ids}): give more characters")
+    gate = matches[0]
+    package_files = files.get((gate.location.package, gate.location.version), {})
+    checks = []
+    if args.compile_check:
+        from liftgate.judge.compile_check import compile_check
+
+        checks = [compile_check(gate, t.arch, package_files) for t in report.targets]
+    doc = explanation(report, gate, package_files, checks)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        sys.stdout.write(render_text(doc, color))
+    return 0
+
+
+def explanation(report: Any, gate: Any, package_files: dict[str, str], checks: list[Any]) -> dict[str, Any]:
+    """Everything ``explain`` shows, as JSON-ready data (the text form renders this)."""
+    from liftgate.arch.core import cuda_exact_test
+    from liftgate.judge.catalog import load_catalog
+    from liftgate.judge.region import FileStore, RegionAnalyzer
+    from liftgate.model import GateKind
+    from liftgate.report.json_format import gate_to_dict, verdict_to_dict
+    from liftgate.scanner import _read_text_lenient
+
+    index = report.verdict_index()
+    catalog = {f.id: f for f in load_catalog()}
+    doc: dict[str, Any] = {"gate": gate_to_dict(gate, report, index), "targets": []}
+    store = FileStore(
+        list(package_files),
+        lambda p: _read_text_lenient(package_files[p]) if p in package_files else None,
+    )
+    info = store.file(gate.location.path)
+    for n, target in enumerate(report.targets):
+        arch = target.arch
+        entry: dict[str, Any] = {"target": arch.name, "status": gate.status(arch).value}
+        verdict = index.get((gate.id, arch))
+        entry["verdict"] = verdict_to_dict(verdict) if verdict else None
+        if verdict is not None:
+            entry["features"] = [
+                {
+                    "id": fid,
+                    "description": catalog[fid].description,
+                    "on_target": arch in catalog[fid].archs,
+                    "ptx_section": catalog[fid].ptx_section,
+                }
+                for fid in dict.fromkeys(u.feature for u in verdict.uses)
+            ]
+        span = gate.then_span
+        if (
+            info is not None
+            and span is not None
+            and gate.kind in (GateKind.CUDA_PP, GateKind.CPP_RUNTIME, GateKind.PY_RUNTIME)
+        ):
+            analyzer = RegionAnalyzer(store, report.gates, arch)
+            compiled = set(analyzer.compiled_lines(gate.location.path, span.start, span.end))
+            lines = []
+            for number in range(span.start, min(span.end, len(info.lines)) + 1):
+                raw = _source_line(package_files, gate.location.path, number)
+                lines.append(
+                    {
+                        "line": number,
+                        "text": raw,
+                        "compiled": number in compiled,
+                        "features": [fid for fid, _ in info.hits.get(number, ())]
+                        if number in compiled
+                        else [],
+                    }
+                )
+            entry["region"] = lines
+        if gate.kind is GateKind.CUDA_PP and gate.directive in ("#if", "#elif", "#ifdef", "#ifndef"):
+            entry["lift_preview"] = _lift_preview(gate, cuda_exact_test(arch))
+        if checks:
+            c = checks[n]
+            entry["compile_check"] = {
+                "status": c.status.value if hasattr(c.status, "value") else str(c.status),
+                "command": c.command,
+                "translation_unit": c.translation_unit,
+                "diagnostics": list(c.diagnostics),
+                "reason": c.reason,
+                "notes": list(c.notes),
+            }
+        doc["targets"].append(entry)
+    return doc
+
+
+_LINES_CACHE: dict[str, list[str]] = {}
+
+
+def _source_line(files: dict[str, str], path: str, number: int) -> str:
+    if path not in _LINES_CACHE:
+        from liftgate.scanner import _read_text_lenient
+
+        text = _read_text_lenient(files[path]) if path in files else None
+        _LINES_CACHE[path] = (text or "").split("\n")
+    lines = _LINES_CACHE[path]
+    return lines[number - 1].rstrip() if 0 < number <= len(lines) else ""
+
+
+def _lift_preview(gate: Any, test: str) -> dict[str, str]:
+    """The directive a lift would write: the gate's own condition, or'ed with the target's exact test."""
+    cond = gate.condition
+    wrapped = cond if _parenthesised(cond) else f"({cond})"
+    if gate.directive == "#ifdef":
+        new = f"#if defined({cond}) || {test}"
+    elif gate.directive == "#ifndef":
+        new = f"#if !defined({cond}) || {test}"
+    else:
+        new = f"{gate.directive} {wrapped} || {test}"
+    return {"before": f"{gate.directive} {cond}", "after": new}
+
+
+def _parenthesised(text: str) -> bool:
+    """Whether ``text`` is one parenthesised group: ``(a && b)`` but not ``(a) && (b)``."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return False
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and i < len(text) - 1:
+            return False
+    return True
+
+
+def render_text(doc: dict[str, Any], color: bool) -> str:
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    out = io.StringIO()
+    console = Console(
+        file=out, force_terminal=color, no_color=not color, width=200, highlight=False, soft_wrap=True
+    )
+    g = doc["gate"]
+    console.print(
+        Text.assemble((g["id"], "bold"), f"  {g['kind']}  {g['package']} {g.get('version') or ''}".rstrip())
+    )
+    console.print(Text(f"  {g['path']}:{g['line']}"))
+    console.print(Text(f"  {g.get('directive') or ''} {g['condition']}".rstrip()))
+    console.print(Text(f"  admits {g['admitted_compact'] or 'nothing'}; else branch: {g['else_kind']}"))
+    for ev in g["evidence"]:
+        where = f" ({ev['path']}:{ev['line']})" if ev.get("path") else ""
+        console.print(Text(f"  evidence: {ev['text']}{where}", style="dim"))
+    styles = {
+        "liftable": "green",
+        "blocked": "red",
+        "unknown": "yellow",
+        "admitted": "green",
+        "excluded": "red",
+    }
+    for entry in doc["targets"]:
+        console.print()
+        verdict = entry.get("verdict")
+        head = verdict["verdict"] if verdict else entry["status"]
+        console.print(
+            Text.assemble(
+                f"{entry['target']}: ",
+                (head.upper(), f"bold {styles.get(head, '')}".strip()),
+                f"  (the gate: {entry['status']})" if verdict else "",
+            )
+        )
+        if verdict:
+            for reason in verdict["reasons"]:
+                console.print(Text(f"  - {reason}"))
+            for hazard in verdict["hazards"]:
+                console.print(Text(f"  ! hazard: {hazard}", style="bold yellow"))
+            console.print(Text(f"  analysed: {verdict['scope']}", style="dim"))
+        for feature in entry.get("features", []):
+            mark = "yes" if feature["on_target"] else "NO"
+            console.print(
+                Text(f"  feature {feature['id']}: {feature['description']} — on {entry['target']}: {mark}")
+            )
+        region = entry.get("region")
+        if region:
+            console.print(f"  region, as {entry['target']} would compile it once lifted:")
+            shown = (
+                region
+                if len(region) <= MAX_REGION_LINES
+                else [*region[: MAX_REGION_LINES - 5], None, *region[-4:]]
+            )
+            for item in shown:
+                if item is None:
+                    console.print(
+                        Text(f"        … {len(region) - MAX_REGION_LINES + 1} lines …", style="dim")
+                    )
+                    continue
+                line = Text(f"  {item['line']:>5} | {item['text']}", style="" if item["compiled"] else "dim")
+                if not item["compiled"]:
+                    line.append("   (compiled out by a nested gate)", style="dim")
+                if item["features"]:
+                    line.append("   <- " + ", ".join(item["features"]), style="bold magenta")
+                console.print(line)
+        preview = entry.get("lift_preview")
+        if preview:
+            console.print("  a lift would write:")
+            console.print(Text(f"  - {preview['before']}", style="red"))
+            console.print(Text(f"  + {preview['after']}", style="green"))
+        check = entry.get("compile_check")
+        if check:
+            console.print(Text(f"  compile check: {check['status']} — {check['reason']}"))
+            if check["command"]:
+                console.print(Text(f"    {check['command']}", style="dim"))
+            for d in check["diagnostics"]:
+                console.print(Text(f"    {d}"))
+            for note in check["notes"]:
+                console.print(Text(f"    note: {note}", style="dim"))
+    text = out.getvalue()
+    return "\n".join(line.rstrip() for line in text.split("\n"))
