@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from liftgate.arch.core import Arch, ArchSet
-from liftgate.model import Confidence, ElseKind, GateKind, Report, Status
+from liftgate.model import Confidence, ElseKind, GateKind, Report, Status, VerdictKind
 from liftgate.scanner import scan
 
 pytestmark = pytest.mark.network
@@ -300,3 +300,85 @@ def test_cli_main_command_json_and_exit_codes(tmp_path) -> None:  # type: ignore
     )
     data = json.loads(proc.stdout)
     assert not [g for g in data["gates"] if g["path"] == TRTLLM and g["condition"] == TRTLLM_062]
+
+
+# --- judge (issue: Judge) ------------------------------------------------------------------
+
+COPY_SM100 = "flashinfer/data/cutlass/include/cute/arch/copy_sm100.hpp"
+GMMA = "flashinfer/data/cutlass/include/cute/arch/mma_sm90_gmma.hpp"
+JUDGED = (TRTLLM, COPY_SM100, GMMA, "flashinfer/jit/comm.py")
+
+
+@pytest.fixture(scope="module")
+def judged_062() -> Report:
+    return scan(
+        ["flashinfer-python==0.6.2"],
+        ["sm_120", "sm_120a", "sm_90", "sm_90a"],
+        judge=lambda g: g.location.path in JUDGED,
+    )
+
+
+def test_062_allreduce_gates_liftable_with_silent_exclusion_hazard(judged_062: Report) -> None:
+    index = judged_062.verdict_index()
+    gates = [g for g in judged_062.gates if g.location.path == TRTLLM and g.condition == TRTLLM_062]
+    assert len(gates) == 13
+    for gate in gates:
+        v = index[(gate.id, SM["sm_120"])]
+        assert v.kind is VerdictKind.LIFTABLE, (gate.location.line, v.reasons)
+        assert "griddepcontrol" in {u.feature for u in v.uses}
+        assert not v.missing
+        assert len(v.hazards) == 1 and v.hazards[0].startswith("silent exclusion: on sm_120"), v.hazards
+        assert (gate.id, SM["sm_90"]) not in index  # admitted: nothing to judge
+
+
+def test_062_tcgen05_tmem_gates_blocked_for_sm120a(judged_062: Report) -> None:
+    index = judged_062.verdict_index()
+    gates = [
+        g
+        for g in judged_062.gates
+        if g.location.path == COPY_SM100 and "CUTE_ARCH_TCGEN05_TMEM_ENABLED" in g.condition
+    ]
+    assert len(gates) > 100
+    for gate in gates:
+        v = index[(gate.id, SM["sm_120a"])]
+        assert v.kind is VerdictKind.BLOCKED, (gate.location.line, v.reasons)
+        assert v.missing and all(u.feature.startswith("tcgen05-") for u in v.missing)
+        assert v.reasons[0].startswith("sm_120a lacks tcgen05-")
+
+
+def test_062_wgmma_regions_blocked_for_sm120a_and_plain_sm90_admitted_for_sm90a(judged_062: Report) -> None:
+    index = judged_062.verdict_index()
+    gates = [g for g in judged_062.gates if g.location.path == GMMA]
+    wgmma = [g for g in gates if "CUTE_ARCH_MMA_SM90A_ENABLED" in g.condition]
+    assert len(wgmma) > 300
+    for gate in wgmma:
+        for target in ("sm_120a", "sm_90"):
+            v = index[(gate.id, SM[target])]
+            assert v.kind is VerdictKind.BLOCKED and {u.feature for u in v.missing} == {"wgmma"}, (
+                gate.location.line,
+                target,
+            )
+        assert gate.status(SM["sm_90a"]) is Status.ADMITTED and (gate.id, SM["sm_90a"]) not in index
+    # The gate that defines CUTE_ARCH_MMA_SM90A_ENABLED guards no wgmma itself, but lifting it turns
+    # every region above on: it is judged through the macro.
+    (define,) = [g for g in gates if g.location.line == 38]
+    v = index[(define.id, SM["sm_90"])]
+    assert v.kind is VerdictKind.BLOCKED
+    assert "it defines CUTE_ARCH_MMA_SM90A_ENABLED" in v.scope
+    assert any("--target sm_90a" in reason for reason in v.reasons)
+
+
+def test_062_comm_jit_filter_liftable_for_sm120a_but_header_gates_remain(judged_062: Report) -> None:
+    """The real case: the JIT filter alone is not enough; the trtllm_allreduce.cuh gates exclude sm_120a too."""
+    index = judged_062.verdict_index()
+    (gate,) = [
+        g for g in judged_062.gates if g.location.path == "flashinfer/jit/comm.py" and g.location.line == 61
+    ]
+    plain = index[(gate.id, SM["sm_120"])]
+    assert plain.kind is VerdictKind.BLOCKED and {u.feature for u in plain.missing} == {"cvt-fp4"}
+    assert any("judge with --target sm_120a" in r for r in plain.reasons)
+    arch_specific = index[(gate.id, SM["sm_120a"])]
+    assert arch_specific.kind is VerdictKind.LIFTABLE, arch_specific.reasons
+    note = next(r for r in arch_specific.reasons if "still exclude sm_120a" in r)
+    trtllm_ids = [g.id for g in judged_062.gates if g.location.path == TRTLLM and g.condition == TRTLLM_062]
+    assert trtllm_ids[0] in note
