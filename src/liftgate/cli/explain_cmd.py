@@ -217,6 +217,15 @@ def _lift_preview(gate: Any, test: str) -> dict[str, str]:
     return {"before": f"{gate.directive} {cond}", "after": new}
 
 
+def _wrap(text: str, width: int = 100) -> str:
+    """A long line of prose wrapped under its bullet (paths and code are never split)."""
+    import textwrap
+
+    return textwrap.fill(
+        text, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    )
+
+
 def _parenthesised(text: str) -> bool:
     """Whether ``text`` is one parenthesised group: ``(a && b)`` but not ``(a) && (b)``."""
     if not (text.startswith("(") and text.endswith(")")):
@@ -269,14 +278,18 @@ def render_text(doc: dict[str, Any], color: bool) -> str:
         )
         if verdict:
             for reason in verdict["reasons"]:
-                console.print(Text(f"  - {reason}"))
+                console.print(Text(_wrap(f"  - {reason}")))
             for hazard in verdict["hazards"]:
-                console.print(Text(f"  ! hazard: {hazard}", style="bold yellow"))
-            console.print(Text(f"  analysed: {verdict['scope']}", style="dim"))
+                console.print(Text(_wrap(f"  ! hazard: {hazard}"), style="bold yellow"))
+            console.print(Text(_wrap(f"  analysed: {verdict['scope']}"), style="dim"))
         for feature in entry.get("features", []):
             mark = "yes" if feature["on_target"] else "NO"
             console.print(
-                Text(f"  feature {feature['id']}: {feature['description']} — on {entry['target']}: {mark}")
+                Text(
+                    _wrap(
+                        f"  feature {feature['id']}: {feature['description']}; on {entry['target']}: {mark}"
+                    )
+                )
             )
         region = entry.get("region")
         if region:
