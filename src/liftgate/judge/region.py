@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import bisect
 import io
+import itertools
 import re
 import tokenize as pytokenize
 from collections.abc import Callable, Iterable
@@ -29,7 +30,7 @@ from liftgate.arch.core import Arch
 from liftgate.detect.cpp_lex import LITERALS, lex_directives, strip_comments
 from liftgate.detect.cpp_syntax import find_functions, tokenize
 from liftgate.detect.cuda import IncludeIndex
-from liftgate.judge.catalog import Feature, load_catalog, match_evidence
+from liftgate.judge.catalog import Feature, load_catalog
 from liftgate.model import Gate, GateKind, Status
 
 MAX_DEPTH = 12  # nested calls followed from a region (each function is analysed once, then reused)
@@ -39,6 +40,8 @@ MAX_EXAMPLES = 3  # places kept per feature, per region
 MAX_SMEM = 8  # shared-memory sizes kept per region
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+_NEWLINE = re.compile(r"\n")
+_WORD_CHAR = re.compile(r"\w")
 _CALL = re.compile(
     r"(?<![\w.>])((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*(?:<[^<>();{}]*(?:<[^<>();{}]*>[^<>();{}]*)*>)?\s*\("
 )
@@ -151,36 +154,93 @@ class _Matcher:
                     self.prefixes.append((name, f.id))
                 else:
                     self.exact.setdefault(name, []).append(f.id)
-        alternatives = sorted(self.exact, key=len, reverse=True)
-        prefix_alts = sorted({p for p, _ in self.prefixes}, key=len, reverse=True)
-        parts = []
-        if alternatives:
-            parts.append("(?:" + "|".join(map(re.escape, alternatives)) + ")(?!\\w)")
-        if prefix_alts:
-            parts.append("(?:" + "|".join(map(re.escape, prefix_alts)) + ")\\w*")
-        self.identifiers = re.compile("(?<!\\w)(?:" + "|".join(parts) + ")") if parts else None
-        self.patterns = [(re.compile(p), f.id) for f in self.catalog for p in f.patterns]
-        self.ptx_features = [f for f in self.catalog if f.ptx or f.ptx_patterns]
-        self.ptx_only = {
-            f.id: Feature(
-                f.id, f.description, f.ptx_section, f.archs, f.ptx, (), (), f.ordering, f.note, f.probe,
-                f.ptx_patterns,
-            )
-            for f in self.ptx_features
-        }  # fmt: skip
+        self.prefix_tuple = tuple(p for p, _ in self.prefixes)
+        self.patterns = [(_anchor(p), re.compile(p), f.id) for f in self.catalog for p in f.patterns]
+        self.ptx_prefixes = [(p, f.id) for f in self.catalog for p in f.ptx]
+        ptx_alts = sorted({p for p, _ in self.ptx_prefixes}, key=len, reverse=True)
+        # Longest prefix first; shorter prefixes at the same place are found by `ptx_features_of`.
+        self.ptx = (
+            re.compile(r"(?<![\w.])(?:" + "|".join(map(re.escape, ptx_alts)) + r")(?!\w)")
+            if ptx_alts
+            else None
+        )
+        self.ptx_patterns = [(_anchor(p), re.compile(p), f.id) for f in self.catalog for p in f.ptx_patterns]
 
     def features_of(self, name: str) -> list[str]:
         found = list(self.exact.get(name, ()))
         found.extend(fid for prefix, fid in self.prefixes if name.startswith(prefix) and fid not in found)
         return found
 
-    def asm_hits(self, asm: str) -> list[tuple[str, str]]:
-        out = []
-        for f in self.ptx_features:
-            hit = match_evidence(self.ptx_only[f.id], asm, "", set())
-            if hit is not None:
-                out.append((f.id, hit))
+    def asm_hits(self, asm: str) -> list[tuple[str, str, int]]:
+        """(feature, matched text, offset) for PTX evidence in ``asm`` (string literals, one per line)."""
+        out: list[tuple[str, str, int]] = []
+        if self.ptx is not None:
+            for m in self.ptx.finditer(asm):
+                text = m.group(0)
+                for fid in self.ptx_features_of(text):
+                    out.append((fid, text, m.start()))
+        for anchor, pattern, fid in self.ptx_patterns:
+            if anchor is None or anchor in asm:
+                for m in pattern.finditer(asm):
+                    out.append((fid, m.group(0), m.start()))
         return out
+
+    def ptx_features_of(self, text: str) -> list[str]:
+        """Features with a PTX prefix that ``text`` (a longest match) starts at a mnemonic boundary."""
+        found: list[str] = []
+        for prefix, fid in self.ptx_prefixes:
+            if (
+                text.startswith(prefix)
+                and (len(text) == len(prefix) or not _WORD_CHAR.match(text, len(prefix)))
+                and fid not in found
+            ):
+                found.append(fid)
+        return found
+
+
+def _anchor(pattern: str) -> str | None:
+    """A substring every match of ``pattern`` contains (its longest run of literal characters),
+    or None when there is none worth testing (top-level alternation, runs shorter than 3)."""
+    depth = 0
+    runs: list[str] = []
+    run = ""
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt.isalnum():  # \b, \w, \d ...: a class or an assertion, not a literal
+                runs.append(run)
+                run = ""
+            elif depth == 0:
+                run += nxt
+            i += 2
+            continue
+        if ch in "?*{" and run:  # the previous character is optional
+            run = run[:-1]
+        if ch == "|" and depth == 0:
+            return None
+        if ch in "([":
+            if depth == 0:
+                runs.append(run)
+                run = ""
+            depth += 1
+            if ch == "[":  # skip the class body
+                close = pattern.find("]", i + 2)
+                i = close + 1 if close > 0 else len(pattern)
+                depth -= 1
+                continue
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and (ch.isalnum() or ch in "_:%-"):
+            run += ch
+        elif depth == 0:
+            runs.append(run)
+            run = ""
+        i += 1
+    runs.append(run)
+    best = max(runs, key=len)
+    return best if len(best) >= 3 else None
 
 
 @cache
@@ -189,18 +249,23 @@ def _matcher() -> _Matcher:
 
 
 class _FileInfo:
-    """One file, indexed by line: evidence, calls, shared-memory sizes; definitions by name."""
+    """One file, indexed by line: evidence, calls, shared-memory sizes; definitions by name.
+
+    Directives (includes, macro definitions) are read at once, since include closures need
+    them; function definitions and the evidence index are built on first use, so headers that
+    are only walked through for their includes cost a directive scan.
+    """
 
     def __init__(self, text: str, path: str, index: IncludeIndex) -> None:
-        python = path.endswith((".py", ".pyi"))
-        lexed = lex_directives("" if python else text)
-        clean = _strip_python_comments(text) if python else strip_comments(text.replace("\x01", " "))
-        self.lines = clean.split("\n")
-        starts = [0]
-        for i, ch in enumerate(clean):
-            if ch == "\n":
-                starts.append(i + 1)
-        self._starts = starts
+        self.path = path
+        self.text = text
+        self.python = path.endswith((".py", ".pyi"))
+        lexed = lex_directives("" if self.python else text)
+        self.clean = (
+            _strip_python_comments(text) if self.python else strip_comments(text.replace("\x01", " "))
+        )
+        self.lines = self.clean.split("\n")
+        self._starts = [0] + [m.end() for m in _NEWLINE.finditer(self.clean)]
         self.directive_lines: set[int] = set()
         self.macros: dict[str, tuple[int, int]] = {}
         self.defines_at: dict[int, str] = {}
@@ -220,37 +285,77 @@ class _FileInfo:
                         resolved = index.resolve(path, inc[1:close], inc[0] == "<")
                         if resolved:
                             self.includes.append(resolved)
-        self.functions: dict[str, list[tuple[int, int]]] = {}
-        try:
-            for fdef in [] if python else find_functions(tokenize(text), path):
-                if fdef.body:
-                    self.functions.setdefault(fdef.name, []).append((fdef.body[0].line, fdef.body[-1].line))
-        except RecursionError:
-            pass
-        # Evidence and calls by line, from one pass over the file.
+        self._functions: dict[str, list[tuple[int, int]]] | None = None
+        self._indexed = False
+        self._hits: dict[int, list[tuple[str, str]]] = {}
+        self._calls: dict[int, list[str]] = {}
+        self._smem: dict[int, list[tuple[int, str]]] = {}
+
+    @property
+    def functions(self) -> dict[str, list[tuple[int, int]]]:
+        if self._functions is None:
+            self._functions = {}
+            if not self.python:
+                try:
+                    for fdef in find_functions(tokenize(self.text), self.path):
+                        if fdef.body:
+                            self._functions.setdefault(fdef.name, []).append(
+                                (fdef.body[0].line, fdef.body[-1].line)
+                            )
+                except RecursionError:
+                    pass
+        return self._functions
+
+    def defines(self, name: str) -> bool:
+        """Whether the file may define ``name`` (a cheap test before parsing its functions)."""
+        return name in self.macros or name in self.text
+
+    @property
+    def hits(self) -> dict[int, list[tuple[str, str]]]:
+        self._index()
+        return self._hits
+
+    @property
+    def calls(self) -> dict[int, list[str]]:
+        self._index()
+        return self._calls
+
+    @property
+    def smem(self) -> dict[int, list[tuple[int, str]]]:
+        self._index()
+        return self._smem
+
+    def _index(self) -> None:
+        """Evidence and calls by line, from one pass over the file."""
+        if self._indexed:
+            return
+        self._indexed = True
         matcher = _matcher()
-        self.hits: dict[int, list[tuple[str, str]]] = {}
-        self.calls: dict[int, list[str]] = {}
-        self.smem: dict[int, list[tuple[int, str]]] = {}
+        clean = self.clean
+        literals = [m for m in LITERALS.finditer(clean) if m.group(0).startswith('"')]
+        if literals:
+            # All string literals joined (one per line of `asm_text`), searched at once.
+            asm_text = "\n".join(m.group(0) for m in literals)
+            offsets = list(itertools.accumulate((len(m.group(0)) + 1 for m in literals[:-1]), initial=0))
+            for fid, hit, at in matcher.asm_hits(asm_text):
+                self._hit(self.line_of(literals[bisect.bisect_right(offsets, at) - 1].start()), fid, hit)
         code = LITERALS.sub(
             lambda m: '"' + " " * (len(m.group(0)) - 2) + '"' if len(m.group(0)) >= 2 else " ", clean
         )
-        for m in LITERALS.finditer(clean):
-            if m.group(0).startswith('"'):
+        exact, prefixes = matcher.exact, matcher.prefix_tuple
+        for m in _IDENT.finditer(code):
+            name = m.group(0)
+            if name in exact or name.startswith(prefixes):
                 line = self.line_of(m.start())
-                for fid, hit in matcher.asm_hits(m.group(0)):
-                    self._hit(line, fid, hit)
-        if matcher.identifiers is not None:
-            for m in matcher.identifiers.finditer(code):
-                line = self.line_of(m.start())
-                for fid in matcher.features_of(m.group(0)):
-                    self._hit(line, fid, m.group(0))
-        for pattern, fid in matcher.patterns:
-            for m in pattern.finditer(code):
-                self._hit(self.line_of(m.start()), fid, m.group(0))
+                for fid in matcher.features_of(name):
+                    self._hit(line, fid, name)
+        for anchor, pattern, fid in matcher.patterns:
+            if anchor is None or anchor in code:
+                for m in pattern.finditer(code):
+                    self._hit(self.line_of(m.start()), fid, m.group(0))
         for m in _CALL.finditer(code):
             if not _declaration(code, m.start()):
-                self.calls.setdefault(self.line_of(m.start()), []).append(m.group(1))
+                self._calls.setdefault(self.line_of(m.start()), []).append(m.group(1))
         if "cudaFuncSetAttribute" in code or "__shared__" in code:
             self._shared_memory(code)
 
@@ -258,7 +363,7 @@ class _FileInfo:
         return bisect.bisect_right(self._starts, offset)
 
     def _hit(self, line: int, fid: str, text: str) -> None:
-        found = self.hits.setdefault(line, [])
+        found = self._hits.setdefault(line, [])
         if all(f != fid for f, _ in found):
             found.append((fid, text))
 
@@ -266,7 +371,9 @@ class _FileInfo:
         for m in _SMEM_ATTR.finditer(code):
             size = _constant(m.group(1))
             if size is not None:
-                self.smem.setdefault(self.line_of(m.start()), []).append((size, " ".join(m.group(0).split())))
+                self._smem.setdefault(self.line_of(m.start()), []).append(
+                    (size, " ".join(m.group(0).split()))
+                )
         for m in _SHARED_ARRAY.finditer(code):
             elem = _ELEMENT_SIZES.get(m.group(1).strip().split("::")[-1])
             dims = [_constant(d) for d in re.findall(r"\[\s*([^\]]+)\]", m.group(2))]
@@ -274,7 +381,7 @@ class _FileInfo:
                 total = elem
                 for d in dims:
                     total *= d  # type: ignore[operator]
-                self.smem.setdefault(self.line_of(m.start()), []).append(
+                self._smem.setdefault(self.line_of(m.start()), []).append(
                     (total, " ".join(m.group(0).split()))
                 )
 
@@ -339,7 +446,7 @@ class FileStore:
         found: list[tuple[str, int, int]] = []
         for p in self.closure(path):
             info = self.file(p)
-            if info is None:
+            if info is None or not info.defines(name):
                 continue
             for first, last in info.functions.get(name, ()):
                 found.append((p, first, last))
