@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_DEPTH = 2
@@ -76,27 +77,44 @@ class BranchFacts:
     followed: list[str] = field(default_factory=list)
 
 
-def branch_calls(
-    functions: PyFunctions, first: int, last: int, generator_names: set[str], depth: int = 0
-) -> BranchFacts:
-    """Calls made by lines ``first..last``, following same-file functions up to MAX_DEPTH."""
-    facts = BranchFacts()
-    seen: set[tuple[int, int]] = set()
+Resolver = Callable[[str], "list[tuple[PyFunctions, int, int]]"]
 
-    def walk(lo: int, hi: int, level: int) -> None:
-        for name, line in functions.calls_in(lo, hi):
+
+def branch_calls(
+    functions: PyFunctions,
+    first: int,
+    last: int,
+    generator_names: set[str],
+    resolve: Resolver | None = None,
+) -> BranchFacts:
+    """Calls made by lines ``first..last``, following functions up to MAX_DEPTH.
+
+    Functions of the same file are followed first; ``resolve`` finds a name defined elsewhere in
+    the package (by ``def name(``; ambiguous names give every definition).
+    """
+    facts = BranchFacts()
+    seen: set[tuple[int, int, int]] = set()
+
+    def walk(funcs: PyFunctions, lo: int, hi: int, level: int) -> None:
+        for name, line in funcs.calls_in(lo, hi):
             if name not in facts.calls:
                 facts.calls.append(name)
             if name in generator_names:
                 facts.generators.setdefault(name, line)
                 continue
-            if level < MAX_DEPTH:
-                for span in functions.spans.get(name, ()):
-                    if span not in seen and not (span[0] <= lo and hi <= span[1]):
-                        seen.add(span)
-                        if name not in facts.followed:
-                            facts.followed.append(name)
-                        walk(span[0], span[1], level + 1)
+            if level >= MAX_DEPTH:
+                continue
+            targets = [(funcs, a, b) for a, b in funcs.spans.get(name, ())]
+            if not targets and resolve is not None:
+                targets = resolve(name)
+            for owner, a, b in targets:
+                key = (id(owner), a, b)
+                if key in seen or (owner is funcs and a <= lo and hi <= b):
+                    continue
+                seen.add(key)
+                if name not in facts.followed:
+                    facts.followed.append(name)
+                walk(owner, a, b, level + 1)
 
-    walk(first, last, depth)
+    walk(functions, first, last, 0)
     return facts

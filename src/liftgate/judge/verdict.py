@@ -42,6 +42,8 @@ from liftgate.judge.region import (
     FileStore,
     RegionAnalyzer,
     RegionFacts,
+    Use,
+    _matcher,
     shared_memory_limit,
 )
 from liftgate.model import ElseKind, FeatureUse, Gate, GateKind, Status, Verdict, VerdictKind
@@ -81,11 +83,36 @@ class PackageContext:
     generators: dict[str, list[_Generator]] = field(default_factory=dict)
     _python: dict[str, PyFunctions] = field(default_factory=dict)
 
+    _py_texts: dict[str, str] | None = None
+    _py_defs: dict[str, list[tuple[PyFunctions, int, int]]] = field(default_factory=dict)
+
     def python(self, path: str) -> PyFunctions:
         if path not in self._python:
             text = self.read(path)
             self._python[path] = PyFunctions.parse(text) if text is not None else PyFunctions({}, [])
         return self._python[path]
+
+    def py_definitions(self, name: str) -> list[tuple[PyFunctions, int, int]]:
+        """Functions called ``name`` anywhere in the package's Python (at most 4)."""
+        if name in self._py_defs:
+            return self._py_defs[name]
+        if self._py_texts is None:
+            self._py_texts = {}
+            for path in self.paths:
+                if path.endswith(".py"):
+                    text = self.read(path)
+                    if text is not None:
+                        self._py_texts[path] = text
+        needle = f"def {name}("
+        found: list[tuple[PyFunctions, int, int]] = []
+        for path, text in self._py_texts.items():
+            if needle in text:
+                funcs = self.python(path)
+                found.extend((funcs, a, b) for a, b in funcs.spans.get(name, ()))
+            if len(found) >= 4:
+                break
+        self._py_defs[name] = found
+        return found
 
 
 def _build_context(store: FileStore, paths: list[str], gates: Sequence[Gate], target: Arch) -> PackageContext:
@@ -94,8 +121,6 @@ def _build_context(store: FileStore, paths: list[str], gates: Sequence[Gate], ta
         if gate.kind is not GateKind.PY_BUILD or not gate.location.path.endswith(".py"):
             continue
         sources = _jit_sources(gate, paths)
-        if not sources:
-            continue
         holder = ctx.python(gate.location.path).enclosing(gate.location.line)
         if holder:
             module = next((m.group(1) for e in gate.evidence if (m := _MODULE.search(e.text))), holder)
@@ -141,8 +166,12 @@ def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
         sources = _jit_sources(gate, ctx.paths)
         if not sources:
             what = "build filter" if gate.kind is GateKind.PY_BUILD else "CMake arch list"
-            return _not_analysed(
-                gate, target, f"a {what} whose sources are not named or not in the scanned files"
+            return _module_verdict(
+                gate,
+                target,
+                ctx,
+                catalog,
+                f"a {what} whose sources are not named or not in the scanned files",
             )
         facts, notes = _sources_facts(sources, analyzer)
         scope = "the sources it builds and the package headers they include: " + _listed(sources)
@@ -163,6 +192,44 @@ def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
     if gate.kind is GateKind.PY_RUNTIME:
         return _judge_python(gate, target, ctx, catalog)
     return _not_analysed(gate, target, "a binary: what its kernels need is not analysed")
+
+
+_PREDICATE = re.compile(r"_*(?:is|has|use|uses|supports?|can|check|get)_\w*(?:sm|arch|supported|capab)\w*")
+
+
+def _module_evidence(path: str, line: int, ctx: PackageContext) -> RegionFacts:
+    """Catalog patterns matched by a Python file's module path (``cutlass.cute.nvgpu.tcgen05.mma``):
+    a gate inside a CuTe DSL op module guards that op."""
+    facts = RegionFacts()
+    if not path.endswith(".py"):
+        return facts
+    module = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    for anchor, pattern, fid in _matcher().patterns:
+        if anchor is None or anchor in module:
+            m = pattern.search(module)
+            if m:
+                facts.add(Use(fid, path, line, f"module {module}"))
+    return facts
+
+
+def _module_verdict(
+    gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[str, Feature], what: str
+) -> Verdict:
+    """Blocked when the gate's module itself names a feature the target lacks; else not analysed."""
+    facts = _module_evidence(gate.location.path, gate.location.line, ctx)
+    if facts.uses:
+        facts.unresolved.setdefault(
+            f"{what} (only the module's name was read)", (gate.location.path, gate.location.line)
+        )
+        return _decide(
+            gate,
+            target,
+            facts,
+            catalog,
+            f"{BEST_EFFORT}: the module {gate.location.path}",
+            silent_hazard=False,
+        )
+    return _not_analysed(gate, target, what)
 
 
 def _not_analysed(gate: Gate, target: Arch, what: str) -> Verdict:
@@ -205,12 +272,22 @@ def _judge_python(gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[s
         holder = functions.enclosing(gate.location.line)
         spans = [s for s in functions.spans.get(holder or "", ()) if s[0] <= gate.location.line <= s[1]]
         if not spans:
-            return _not_analysed(
-                gate, target, "a Python check outside any function: what it protects is not followed"
+            return _module_verdict(
+                gate,
+                target,
+                ctx,
+                catalog,
+                "a Python check outside any function: what it protects is not followed",
             )
         first, last = gate.location.line, spans[-1][1]
+        if _PREDICATE.match(holder or "") and last - spans[-1][0] <= 12:
+            return _module_verdict(
+                gate, target, ctx, catalog,
+                f"a capability helper ({holder}()): what it protects is at its callers, whose checks are "
+                "gates of their own",
+            )  # fmt: skip
         what = f"the rest of {holder}() after the check ({path}:{first}-{last})"
-    branch = branch_calls(functions, first, last, set(ctx.generators))
+    branch = branch_calls(functions, first, last, set(ctx.generators), ctx.py_definitions)
     facts = RegionFacts()
     # Catalog evidence written in the Python itself (CuTe DSL names, CUTLASS kernel names).
     facts.merge(ctx.analyzer.analyze(path, first, last, follow=False))
@@ -219,26 +296,33 @@ def _judge_python(gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[s
     reached: list[str] = []
     for name in branch.generators:
         for gen in ctx.generators[name]:
-            sub, sub_notes = _sources_facts(gen.sources, ctx.analyzer)
-            facts.merge(sub, via=name)
-            notes.extend(sub_notes)
-            reached.extend(gen.sources)
+            if gen.sources:
+                sub, sub_notes = _sources_facts(gen.sources, ctx.analyzer)
+                facts.merge(sub, via=name)
+                notes.extend(sub_notes)
+                reached.extend(gen.sources)
+            else:
+                facts.unresolved.setdefault(
+                    f'JIT module "{gen.module}" ({name}(): its sources are not named or not in the package)',
+                    (gen.gate.location.path, gen.gate.location.line),
+                )
             if gen.gate.status(target) is not Status.ADMITTED:
                 notes.append(
                     f'it builds JIT module "{gen.module}" ({name}()), whose build gate {gen.gate.id} also '
                     f"excludes {target.name}: lift both"
                 )
+    facts.merge(_module_evidence(path, gate.location.line, ctx))
     scope = f"{BEST_EFFORT}: {what}" + (f", following {_listed(branch.followed)}" if branch.followed else "")
     if reached:
         scope += "; JIT sources " + _listed(list(dict.fromkeys(reached)))
-    elif not facts.uses:
+    elif not facts.uses and not branch.generators:
         calls = _listed(branch.calls) if branch.calls else "nothing"
         return Verdict(
             gate.id, target, VerdictKind.UNKNOWN,
             (f"not analysed: {what} calls {calls}; none of it leads to a JIT module or source liftgate can read",),
             scope=scope,
         )  # fmt: skip
-    elif not reached:
+    elif not reached and not branch.generators:
         facts.unresolved.setdefault(
             f"{what} (kernels it runs are not found; only names in the Python were read)", (path, first)
         )
