@@ -5,7 +5,9 @@ its place (liftable, silent-exclusion hazard), tcgen05 reached through a helper 
 (blocked, naming the feature, the place and the call), a derived macro that enables wgmma code
 elsewhere (the defining gate is blocked through the macro), a nested gate that stays excluded
 (its tcgen05 code does not block the outer region), a call into nothing the package defines
-(unknown, naming it), and a host dispatch that asks for more shared memory than sm_120 has.
+(unknown, naming it), a host dispatch that asks for more shared memory than sm_120 has, a
+FlashInfer-style JIT filter whose sources hold a PDL gate that would stay shut, and a Python
+dispatch that builds that JIT module.
 The real-release checks (flashinfer-python 0.6.2) are in tests/test_acceptance_network.py.
 """
 
@@ -194,3 +196,32 @@ def test_constant_sizes(text: str, value: int | None) -> None:
 )
 def test_portable_calls(name: str, portable: bool) -> None:
     assert is_portable(name) is portable
+
+
+# --- build filters and Python dispatch -------------------------------------------------------
+
+
+def test_jit_filter_judged_by_its_sources_and_the_gates_inside_them() -> None:
+    pdl = verdict("minijudge/jit.py", 7, "sm_120")
+    assert pdl is not None and pdl.kind is VerdictKind.LIFTABLE
+    assert pdl.scope.endswith("csrc/pdl_kernels.cu")
+    # Lifting the filter alone builds pdl_kernels.cu with the PDL wait compiled out: the real case.
+    (hazard,) = pdl.hazards
+    assert hazard.startswith(
+        "silent exclusion inside the sources: built for sm_120 with only this gate lifted"
+    )
+    assert "include/minijudge/pdl.cuh:5" in hazard and "griddepcontrol.wait" in hazard
+    assert any("2 CUDA gate(s) in these sources still exclude sm_120" in r for r in pdl.reasons)
+    tmem = verdict("minijudge/jit.py", 16, "sm_120a")
+    assert tmem is not None and tmem.kind is VerdictKind.BLOCKED
+    assert {u.feature for u in tmem.missing} == {"tcgen05-ld-st"}
+    assert any(h.startswith("shared memory: cudaFuncSetAttribute(big_tile") for h in tmem.hazards)
+
+
+def test_python_dispatch_reaches_the_jit_module_and_its_build_gate() -> None:
+    v = verdict("minijudge/ops.py", 12, "sm_120")
+    assert v is not None and v.kind is VerdictKind.LIFTABLE
+    assert v.scope.startswith("best effort: the branch minijudge/ops.py:13-13, following get_pdl_module")
+    build = verdict("minijudge/jit.py", 7, "sm_120")
+    assert build is not None
+    assert any(f"whose build gate {build.gate_id} also excludes sm_120: lift both" in r for r in v.reasons)

@@ -110,6 +110,7 @@ class RegionFacts:
     deeper: dict[str, tuple[str, int]] = field(default_factory=dict)  # defined, but past MAX_DEPTH
     followed: list[str] = field(default_factory=list)
     defines: list[str] = field(default_factory=list)  # macros the region defines
+    hazards: list[str] = field(default_factory=list)  # found while analysing (e.g. in built sources)
     smem: list[tuple[int, str, int, str]] = field(default_factory=list)  # bytes, path, line, text
     code_lines: int = 0
 
@@ -130,6 +131,9 @@ class RegionFacts:
             self.unresolved.setdefault(name, where)
         for name, where in other.deeper.items():
             self.deeper.setdefault(name, where)
+        for hazard in other.hazards:
+            if hazard not in self.hazards:
+                self.hazards.append(hazard)
         for entry in other.smem:
             if len(self.smem) < MAX_SMEM and entry not in self.smem:
                 self.smem.append(entry)

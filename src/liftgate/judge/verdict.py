@@ -250,6 +250,10 @@ def _sources_facts(sources: Sequence[str], analyzer: RegionAnalyzer) -> tuple[Re
             for g in analyzer.nested_gates(member, 1, len(info.lines)):
                 if g.status(analyzer.target) is Status.EXCLUDED and g.then_span is not None:
                     still_excluded.append(g.id)
+                    if g.else_kind is ElseKind.NONE and len(facts.hazards) < MAX_LISTED:
+                        hazard = _silent_exclusion(g, analyzer)
+                        if hazard:
+                            facts.hazards.append(hazard)
     notes = []
     if any(analyzer.store.closure_truncated(path) for path in sources):
         notes.append(f"only the first {MAX_CLOSURE} files of each source's include closure were read")
@@ -260,6 +264,25 @@ def _sources_facts(sources: Sequence[str], analyzer: RegionAnalyzer) -> tuple[Re
             f"(e.g. {_listed(unique, 3)}): lifting this gate alone compiles their code out; judge them too"
         )
     return facts, notes
+
+
+def _silent_exclusion(gate: Gate, analyzer: RegionAnalyzer) -> str | None:
+    """The hazard of building sources whose gate ``gate`` stays shut: ordering compiled out."""
+    span = gate.then_span
+    if span is None:
+        return None
+    sub = analyzer.analyze(gate.location.path, span.start, span.end)
+    catalog = {f.id: f for f in load_catalog()}
+    ordering = [u for u in sub.all_uses() if catalog[u.feature].ordering]
+    if not ordering:
+        return None
+    first = ordering[0]
+    return (
+        f"silent exclusion inside the sources: built for {analyzer.target.name} with only this gate lifted, "
+        f"{gate.location.path}:{gate.location.line} ({gate.id}) compiles out {first.text} at {first.path}:{first.line} "
+        "with nothing in its place. If the host launches with programmatic dependent launch, that is a data "
+        f"race; lift {gate.id} too"
+    )
 
 
 def _judge_python(gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[str, Feature]) -> Verdict:
@@ -410,7 +433,7 @@ def _decide(
             + (f" ({', '.join(present)})" if present else " (no special hardware feature)")
         )
     reasons.extend(notes)
-    hazards: list[str] = []
+    hazards: list[str] = list(facts.hazards)
     if silent_hazard and gate.kind is GateKind.CUDA_PP and gate.else_kind is ElseKind.NONE:
         ordering = [u for u in uses if catalog[u.feature].ordering]
         if ordering:
