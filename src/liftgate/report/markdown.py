@@ -1,7 +1,9 @@
 """Markdown output, for pasting into a GitHub issue or pull request.
 
 A heading, the one-line summary, one table per package (``| file:line | condition | admits |
-sm_120 |``) and the skipped files folded into a ``<details>`` block. Cells are escaped for
+sm_120 |``) and the skipped files folded into a ``<details>`` block. A judged report adds a
+verdict column after each target's status, a table of verdict counts per package and target
+under the summary, and the hazards of the listed gates in a second ``<details>`` block. Cells are escaped for
 GitHub-flavoured Markdown: ``|`` never splits a cell, and conditions sit in code spans so
 ``__CUDA_ARCH__`` is not read as bold.
 """
@@ -11,18 +13,20 @@ from __future__ import annotations
 import re
 from itertools import groupby
 
-from liftgate.model import Confidence, Gate, Report, Status
+from liftgate.arch.core import Arch
+from liftgate.model import Confidence, Gate, Report, Status, Verdict, VerdictKind
 from liftgate.report.interface import RenderOptions, Show
 from liftgate.report.select import (
     admits_text,
     condition_text,
     distinct_targets,
     kinds_text,
+    missing_features,
     select_gates,
     skip_sort_key,
     target_label,
 )
-from liftgate.report.summary import nothing_selected, summary_line
+from liftgate.report.summary import nothing_selected, package_verdict_counts, summary_line
 
 # Characters that start Markdown or HTML constructs anywhere in a cell. ``_`` is handled apart:
 # between two word characters it never starts emphasis, so sm_120 stays readable in the source.
@@ -30,6 +34,12 @@ _SPECIAL = re.compile(r"([\\`*\[\]<>|~])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 _STATUS_CELL = {Status.EXCLUDED: "**excluded**", Status.ADMITTED: "admitted", Status.UNKNOWN: "*unknown*"}
+_VERDICT_CELL = {
+    VerdictKind.LIFTABLE: "liftable",
+    VerdictKind.BLOCKED: "**blocked**",
+    VerdictKind.UNKNOWN: "*unknown*",
+}
+HAZARD_MARKER = " ⚠ hazard"
 
 
 def escape_text(text: str) -> str:
@@ -64,9 +74,26 @@ def _admits_cell(gate: Gate) -> str:
     return f"(inferred) {text}" if gate.confidence is Confidence.INFERRED else text
 
 
-def _package_table(report: Report, gates: list[Gate]) -> list[str]:
+def _verdict_cell(verdict: Verdict | None) -> str:
+    """``**blocked**: `tcgen05-ld-st`, `wgmma` ⚠ hazard``; empty where the target was not judged."""
+    if verdict is None:
+        return ""
+    cell = _VERDICT_CELL[verdict.kind]
+    missing = missing_features(verdict)
+    if verdict.kind is VerdictKind.BLOCKED and missing:
+        cell += ": " + ", ".join(code_span(feature) for feature in missing)
+    return cell + (HAZARD_MARKER if verdict.hazards else "")
+
+
+def _package_table(
+    report: Report, gates: list[Gate], verdicts: dict[tuple[str, Arch], Verdict] | None
+) -> list[str]:
     targets = distinct_targets(report)
-    header = ["file:line", "condition", "admits", *(escape_text(target_label(t)) for t in targets)]
+    header = ["file:line", "condition", "admits"]
+    for target in targets:
+        header.append(escape_text(target_label(target)))
+        if verdicts is not None:
+            header.append(f"{escape_text(target.arch.name)} verdict")
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
@@ -77,10 +104,68 @@ def _package_table(report: Report, gates: list[Gate]) -> list[str]:
             code_span(f"{loc.path}:{loc.line}"),
             code_span(condition_text(gate)),
             _admits_cell(gate),
-            *(_STATUS_CELL[gate.status(t.arch)] for t in targets),
         ]
+        for target in targets:
+            cells.append(_STATUS_CELL[gate.status(target.arch)])
+            if verdicts is not None:
+                cells.append(_verdict_cell(verdicts.get((gate.id, target.arch))))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _verdict_counts_table(report: Report) -> list[str]:
+    """Verdict counts of the whole scan per package and target, under the summary line."""
+    entries = package_verdict_counts(report)
+    if not entries:
+        return []
+    kinds = list(VerdictKind)
+    lines = [
+        "Verdicts for the gates that exclude a target:",
+        "",
+        "| package | target | " + " | ".join(kind.value for kind in kinds) + " |",
+        "|" + "|".join("---" for _ in range(2 + len(kinds))) + "|",
+    ]
+    for entry in entries:
+        counts = []
+        for kind in kinds:
+            hazards = entry.counts.hazards(kind)
+            counts.append(
+                f"{entry.counts.count(kind):,}" + (f" ({hazards:,} with hazards)" if hazards else "")
+            )
+        lines.append(
+            f"| {escape_text(entry.label)} | {escape_text(entry.target.arch.name)} | "
+            + " | ".join(counts)
+            + " |"
+        )
+    return [*lines, ""]
+
+
+def _hazards_block(
+    report: Report, gates: list[Gate], verdicts: dict[tuple[str, Arch], Verdict] | None
+) -> list[str]:
+    """The hazards of the listed gates, folded: they are long, and only matter to whoever lifts."""
+    rows = [
+        f"| {code_span(f'{gate.location.path}:{gate.location.line}')} | {escape_text(target.arch.name)} "
+        f"| {escape_text(verdict.kind.value)} | {escape_text(hazard)} |"
+        for gate in gates
+        for target in distinct_targets(report)
+        if verdicts is not None and (verdict := verdicts.get((gate.id, target.arch))) is not None
+        for hazard in verdict.hazards
+    ]
+    if not rows:
+        return []
+    count = len(rows)
+    return [
+        "<details>",
+        f"<summary>{count:,} {'hazard' if count == 1 else 'hazards'} of the gates listed</summary>",
+        "",
+        "| file:line | target | verdict | hazard |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def _skips_block(report: Report) -> list[str]:
@@ -107,6 +192,9 @@ class MarkdownFormatter:
 
     def format(self, report: Report, options: RenderOptions) -> str:
         lines = [_heading(report, options), "", escape_text(summary_line(report)), ""]
+        lines += _verdict_counts_table(report)
+        # Verdict columns only in a judged report, so that other reports render as they always did.
+        verdicts = report.verdict_index() if report.verdicts else None
         gates = select_gates(report, options)
         if not gates:
             lines += [escape_text(nothing_selected(report, options)) + ".", ""]
@@ -115,8 +203,9 @@ class MarkdownFormatter:
             name, version = package
             version = version or versions.get(name)
             lines += [f"### {escape_text(name)}" + (f" {escape_text(version)}" if version else ""), ""]
-            lines += [*_package_table(report, list(package_gates)), ""]
+            lines += [*_package_table(report, list(package_gates), verdicts), ""]
         if report.notes:
             lines += [f"- {escape_text(note)}" for note in report.notes] + [""]
+        lines += _hazards_block(report, gates, verdicts)
         lines += _skips_block(report)
         return "\n".join(lines).rstrip("\n") + "\n"

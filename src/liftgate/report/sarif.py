@@ -6,6 +6,10 @@ it excludes (level ``warning``) or cannot decide (level ``note``); admitted targ
 Paths are relative to the package root (``uriBaseId`` ``PKGROOT``), with the package named in
 the result's properties, because one scan can cover several packages from different places.
 Skipped files become tool-execution notifications, so a viewer shows what was not analysed.
+
+A judged report puts each result's verdict in its message and properties (``verdicts``), and
+reports every hazard of a verdict as a result of its own, at the gate, under the extra rule
+``liftgate/hazard``; that rule is listed only in judged reports, after the gate-kind rules.
 """
 
 from __future__ import annotations
@@ -16,15 +20,30 @@ from typing import Any
 from urllib.parse import quote
 
 import liftgate
-from liftgate.model import Confidence, ElseKind, Gate, GateKind, Report, Skip, Status, Target
+from liftgate.arch.core import Arch
+from liftgate.model import (
+    Confidence,
+    ElseKind,
+    Gate,
+    GateKind,
+    Report,
+    Skip,
+    Status,
+    Target,
+    Verdict,
+    VerdictKind,
+)
 from liftgate.report.interface import RenderOptions
 from liftgate.report.select import (
     admits_text,
     condition_text,
     distinct_targets,
+    missing_features,
+    plural,
     select_gates,
     skip_sort_key,
     target_label,
+    verdict_text,
 )
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -33,6 +52,7 @@ INFORMATION_URI = "https://pypi.org/project/liftgate/"
 PACKAGE_ROOT = "PKGROOT"
 FINGERPRINT_KEY = "liftgateGateId/v1"
 TARGET_FINGERPRINT_KEY = "liftgateTarget/v1"
+HAZARD_FINGERPRINT_KEY = "liftgateHazard/v1"
 
 _NEXT_STEPS = (
     " Run `liftgate explain GATE_ID` (each result's message names its gate id) to see how the condition "
@@ -44,19 +64,24 @@ _NEXT_STEPS = (
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    kind: GateKind
+    id: str
     name: str
     short: str
     full: str
     help: str
+    tag: str  # after "gpu-architecture": the gate kind, or "hazard"
 
-    @property
-    def id(self) -> str:
-        return f"liftgate/{self.kind.value}"
+
+def gate_rule_id(kind: GateKind) -> str:
+    return f"liftgate/{kind.value}"
+
+
+def _gate_rule(kind: GateKind, name: str, short: str, full: str, help_text: str) -> Rule:
+    return Rule(gate_rule_id(kind), name, short, full, help_text, kind.value)
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(
+    _gate_rule(
         GateKind.CUDA_PP,
         "CudaPreprocessorArchGate",
         "CUDA code compiled only for some GPU architectures (preprocessor gate).",
@@ -67,7 +92,7 @@ RULES: tuple[Rule, ...] = (
         "This preprocessor condition decides, per compilation target, whether the guarded CUDA code "
         "exists at all." + _NEXT_STEPS,
     ),
-    Rule(
+    _gate_rule(
         GateKind.CPP_RUNTIME,
         "CppRuntimeCapabilityDispatch",
         "C++/CUDA host code path chosen by the GPU's compute capability at run time.",
@@ -80,7 +105,7 @@ RULES: tuple[Rule, ...] = (
         "only the compute capability. Changing it matters only if you rebuild the extension from source "
         "(or the JIT system compiles it)." + _NEXT_STEPS,
     ),
-    Rule(
+    _gate_rule(
         GateKind.PY_RUNTIME,
         "PythonRuntimeCapabilityGate",
         "Python code path chosen by the GPU's compute capability at run time.",
@@ -90,7 +115,7 @@ RULES: tuple[Rule, ...] = (
         "This check runs on the device the program sees and only compares its compute capability; "
         "the variant suffixes (a, f) of compile targets play no part." + _NEXT_STEPS,
     ),
-    Rule(
+    _gate_rule(
         GateKind.PY_BUILD,
         "PythonBuildArchFilter",
         "Kernels built or JIT-compiled by Python code only for some GPU architectures.",
@@ -99,7 +124,7 @@ RULES: tuple[Rule, ...] = (
         "it compiles. On those GPUs the kernel is never built, so it is missing at run time.",
         "This filter decides which -gencode targets a build or JIT compilation uses." + _NEXT_STEPS,
     ),
-    Rule(
+    _gate_rule(
         GateKind.CMAKE,
         "CMakeArchList",
         "CMake builds some targets only for some GPU architectures.",
@@ -109,7 +134,7 @@ RULES: tuple[Rule, ...] = (
         "This CMake logic decides the compilation targets of a native build; it matters when you build "
         "the package from source." + _NEXT_STEPS,
     ),
-    Rule(
+    _gate_rule(
         GateKind.BINARY,
         "BinaryArchCoverage",
         "A compiled object contains GPU code only for some architectures.",
@@ -121,7 +146,22 @@ RULES: tuple[Rule, ...] = (
         "lists the architectures the object contains.",
     ),
 )
-RULE_INDEX = {rule.kind: index for index, rule in enumerate(RULES)}
+RULE_INDEX = {kind: [rule.id for rule in RULES].index(gate_rule_id(kind)) for kind in GateKind}
+HAZARD_RULE = Rule(
+    "liftgate/hazard",
+    "LiftHazard",
+    "A gate's exclusion of a target, or lifting it, is risky whatever the verdict.",
+    "liftgate judged what the code behind a gate needs from a target the gate excludes and found "
+    "something that makes the exclusion, or lifting it, dangerous regardless of the verdict: code that "
+    "orders or synchronises (such as a programmatic dependent launch wait) compiled out with nothing in "
+    "its place, so a dependent kernel can run before its producer finishes and race on its data "
+    "without any error; or a kernel asking for more shared memory per block than the target allows.",
+    "Read the hazard before lifting the gate: a silently compiled-out wait is a data race on that GPU "
+    "today, and a shared-memory request above the target's limit fails at launch once lifted. "
+    "`liftgate explain GATE_ID` shows the region, its features and the full verdict.",
+    "hazard",
+)
+HAZARD_RULE_INDEX = len(RULES)  # listed after the gate-kind rules, so their indexes never move
 
 _ELSE_CONSEQUENCE = {
     ElseKind.NONE: "the guarded code is left out for it",
@@ -139,7 +179,7 @@ def _rule_to_dict(rule: Rule) -> dict[str, Any]:
         "help": {"text": rule.help},
         "helpUri": INFORMATION_URI,
         "defaultConfiguration": {"level": "warning"},
-        "properties": {"tags": ["gpu-architecture", rule.kind.value]},
+        "properties": {"tags": ["gpu-architecture", rule.tag]},
     }
 
 
@@ -147,7 +187,22 @@ def _artifact(path: str) -> dict[str, str]:
     return {"uri": quote(path, safe="/"), "uriBaseId": PACKAGE_ROOT}
 
 
-def _message(gate: Gate, target: Target, status: Status) -> str:
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
+def _verdict_message(verdict: Verdict) -> str:
+    """`` Verdict for sm_120: blocked: tcgen05-ld-st, wgmma.`` (a reason for the others), hazards counted."""
+    if verdict.kind is VerdictKind.BLOCKED or not verdict.reasons:
+        text = verdict_text(verdict)
+    else:
+        text = f"{verdict.kind.value}: {verdict.reasons[0]}"
+    if verdict.hazards:
+        text = f"{_sentence(text)} {plural(len(verdict.hazards), 'hazard')}: see {HAZARD_RULE.id}"
+    return f" Verdict for {verdict.target.name}: {_sentence(text)}"
+
+
+def _message(gate: Gate, target: Target, status: Status, verdict: Verdict | None = None) -> str:
     label = target_label(target)
     condition = condition_text(gate)
     if status is Status.UNKNOWN:
@@ -158,24 +213,48 @@ def _message(gate: Gate, target: Target, status: Status) -> str:
     text += f" The condition admits {admits_text(gate)}."
     if gate.confidence is Confidence.INFERRED:
         text += " This is inferred from a name, not derived from the code."
+    if verdict is not None:
+        text += _verdict_message(verdict)
     return f"{text} Details: `liftgate explain {gate.id}`."
 
 
-def _result(gate: Gate, target: Target, status: Status) -> dict[str, Any]:
+def _gate_location(gate: Gate) -> dict[str, Any]:
     loc = gate.location
+    return {
+        "physicalLocation": {
+            "artifactLocation": _artifact(loc.path),
+            "region": {"startLine": loc.span.start, "endLine": loc.span.end},
+        }
+    }
+
+
+def _verdict_property(verdict: Verdict) -> dict[str, Any]:
+    return {
+        "target": verdict.target.name,
+        "verdict": verdict.kind.value,
+        "missing": missing_features(verdict),
+        "hazards": list(verdict.hazards),
+    }
+
+
+def _result(
+    gate: Gate,
+    target: Target,
+    status: Status,
+    verdicts: dict[tuple[str, Arch], Verdict] | None = None,
+) -> dict[str, Any]:
+    """One gate's result for one target; ``verdicts`` (a judged report's index) adds the verdict."""
+    loc = gate.location
+    verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
+    judged: dict[str, Any] = {}
+    if verdicts is not None:
+        judged["verdicts"] = [] if verdict is None else [_verdict_property(verdict)]
     return {
         "ruleId": RULES[RULE_INDEX[gate.kind]].id,
         "ruleIndex": RULE_INDEX[gate.kind],
         "level": "note" if status is Status.UNKNOWN else "warning",
-        "message": {"text": _message(gate, target, status)},
-        "locations": [
-            {
-                "physicalLocation": {
-                    "artifactLocation": _artifact(loc.path),
-                    "region": {"startLine": loc.span.start, "endLine": loc.span.end},
-                }
-            }
-        ],
+        "message": {"text": _message(gate, target, status, verdict)},
+        "locations": [_gate_location(gate)],
         # Two targets excluded by one gate are two results, so the target is part of the identity.
         "partialFingerprints": {FINGERPRINT_KEY: gate.id, TARGET_FINGERPRINT_KEY: target.arch.name},
         "properties": {
@@ -190,8 +269,48 @@ def _result(gate: Gate, target: Target, status: Status) -> dict[str, Any]:
             "unknown": gate.unknown.names(),
             "elseKind": gate.else_kind.value,
             "confidence": gate.confidence.value,
+            **judged,
         },
     }
+
+
+def _hazard_key(hazards: tuple[str, ...], index: int) -> str:
+    """``silent exclusion#0``: what the hazard is and its rank among those alike, never a line number."""
+    category = hazards[index].split(":", 1)[0]
+    rank = sum(1 for hazard in hazards[:index] if hazard.split(":", 1)[0] == category)
+    return f"{category}#{rank}"
+
+
+def _hazard_results(gate: Gate, target: Target, verdict: Verdict) -> list[dict[str, Any]]:
+    """One ``liftgate/hazard`` result per hazard of ``verdict``, located at the gate."""
+    loc = gate.location
+    prefix = (
+        f"`{condition_text(gate)}` for {target_label(target)} (verdict: {verdict.kind.value}) has a hazard"
+    )
+    return [
+        {
+            "ruleId": HAZARD_RULE.id,
+            "ruleIndex": HAZARD_RULE_INDEX,
+            "level": "warning",
+            "message": {"text": f"{prefix}: {_sentence(hazard)} Details: `liftgate explain {gate.id}`."},
+            "locations": [_gate_location(gate)],
+            "partialFingerprints": {
+                FINGERPRINT_KEY: gate.id,
+                TARGET_FINGERPRINT_KEY: target.arch.name,
+                HAZARD_FINGERPRINT_KEY: _hazard_key(verdict.hazards, index),
+            },
+            "properties": {
+                "package": loc.package,
+                "version": loc.version,
+                "gateId": gate.id,
+                "target": target.spelling,
+                "arch": target.arch.name,
+                "verdict": verdict.kind.value,
+                "hazard": hazard,
+            },
+        }
+        for index, hazard in enumerate(verdict.hazards)
+    ]
 
 
 def _skip_notification(skip: Skip) -> dict[str, Any]:
@@ -208,12 +327,19 @@ def _skip_notification(skip: Skip) -> dict[str, Any]:
 def report_to_sarif(report: Report, options: RenderOptions) -> dict[str, Any]:
     """The report as a SARIF 2.1.0 log (plain JSON-ready data)."""
     targets = distinct_targets(report)
-    results = [
-        _result(gate, target, status)
-        for gate in select_gates(report, options)
-        for target in targets
-        if (status := gate.status(target.arch)) is not Status.ADMITTED
-    ]
+    # Verdicts (and the hazard rule) only in a judged report, so that others render as they always did.
+    verdicts = report.verdict_index() if report.verdicts else None
+    rules = [*RULES, HAZARD_RULE] if verdicts is not None else list(RULES)
+    results: list[dict[str, Any]] = []
+    for gate in select_gates(report, options):
+        for target in targets:
+            status = gate.status(target.arch)
+            if status is Status.ADMITTED:
+                continue
+            results.append(_result(gate, target, status, verdicts))
+            verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
+            if verdict is not None:
+                results += _hazard_results(gate, target, verdict)
     notifications = [_skip_notification(skip) for skip in sorted(report.skips, key=skip_sort_key)]
     notifications += [{"level": "note", "message": {"text": note}} for note in report.notes]
     return {
@@ -226,7 +352,7 @@ def report_to_sarif(report: Report, options: RenderOptions) -> dict[str, Any]:
                         "name": "liftgate",
                         "version": liftgate.__version__,
                         "informationUri": INFORMATION_URI,
-                        "rules": [_rule_to_dict(rule) for rule in RULES],
+                        "rules": [_rule_to_dict(rule) for rule in rules],
                     }
                 },
                 "originalUriBaseIds": {

@@ -2,8 +2,8 @@
 
 `select_gates` is the one place where `Show` and ``kinds`` are interpreted, so the table, JSON,
 SARIF and Markdown outputs of one scan always list the same gates in the same order
-(package, path, line). The helpers below keep labels such as ``rtx5090 (sm_120)`` and the
-compact admitted set identical across formats.
+(package, path, line). The helpers below keep labels such as ``rtx5090 (sm_120)``, the
+compact admitted set and verdicts such as ``blocked: tcgen05-ld-st, wgmma`` identical across formats.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from liftgate.model import Gate, GateKind, Report, Skip, Status, Target
+from liftgate.model import Gate, GateKind, Report, Skip, Status, Target, Verdict, VerdictKind
 from liftgate.report.interface import RenderOptions, Show
 
 
@@ -118,3 +118,16 @@ def kinds_text(kinds: frozenset[GateKind] | None) -> str:
         return ""
     ordered = [kind.value for kind in GateKind if kind in kinds]
     return " or ".join(ordered) + " " if ordered else ""
+
+
+def missing_features(verdict: Verdict) -> list[str]:
+    """The ids of the features the target lacks, each once, in the order the region uses them."""
+    return list(dict.fromkeys(use.feature for use in verdict.missing))
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """``liftable``, ``unknown`` or ``blocked: tcgen05-ld-st, wgmma`` (the missing feature ids)."""
+    missing = missing_features(verdict)
+    if verdict.kind is VerdictKind.BLOCKED and missing:
+        return f"{verdict.kind.value}: {', '.join(missing)}"
+    return verdict.kind.value

@@ -1,11 +1,13 @@
 """The terminal table (``--format table``, the default): gates grouped by package, then by file.
 
 One row per gate: line, kind (when the report mixes kinds), condition, the admitted set, what the
-else branch does, one status column per target and the gate id to pass to ``liftgate explain``.
-Column widths are computed once for the whole report so the per-file rows line up. Conditions are
-cut to fit unless ``verbose`` (which also lists evidence, assumptions and skipped files); admitted
-sets wrap but are never cut, since a cut set would be a wrong answer. Every cell is a
-`rich.text.Text`, never markup: ``get_device_capability()[0]`` must print as written.
+else branch does, one status column per target (followed, in a judged report, by that target's
+verdict) and the gate id to pass to ``liftgate explain``. Column widths are computed once for the
+whole report so the per-file rows line up. Conditions are cut to fit unless ``verbose`` (which also
+lists evidence, assumptions, each verdict's first reason and hazards, and skipped files); admitted
+sets and verdicts wrap but are never cut, since a cut set would be a wrong answer. A judged report
+ends with its verdict counts per package and target. Every cell is a `rich.text.Text`, never
+markup: ``get_device_capability()[0]`` must print as written.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from liftgate.model import Confidence, Gate, GateKind, Report, Status, Target
+from liftgate.arch.core import Arch
+from liftgate.model import Confidence, Gate, GateKind, Report, Status, Target, Verdict, VerdictKind
 from liftgate.report.interface import RenderOptions
 from liftgate.report.select import (
     admits_text,
@@ -30,8 +33,9 @@ from liftgate.report.select import (
     select_gates,
     skip_sort_key,
     target_label,
+    verdict_text,
 )
-from liftgate.report.summary import nothing_selected
+from liftgate.report.summary import nothing_selected, package_verdict_counts
 
 DEFAULT_WIDTH = 120
 FILE_INDENT = 2
@@ -39,11 +43,24 @@ TABLE_INDENT = 4
 COLUMN_GAP = 1  # one space between columns (rich's collapsed padding)
 MIN_CONDITION = 10
 MIN_ADMITS = 13  # "sm_100–sm_121" on one line
+MAX_VERDICT = 40  # a longer list of missing features always wraps
+# Verdict columns narrow only while the condition and admitted set would get less than this.
+READABLE_CONDITION = 30
+READABLE_ADMITS = 20
+WRAP_VERDICT = 24  # one that does not fit beside the condition wraps at this width, then narrower
+MIN_VERDICT = len("liftable (hazard)")  # narrower only when the table cannot fit otherwise
+MIN_VERDICT_WORD = len("liftable")  # the longest word of a verdict: "blocked:", "(hazard)"
 
 _ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
 _TRAILING_BLANKS = re.compile(r"(?:\x1b\[[0-9;]*m| )+$", re.MULTILINE)
 
 STATUS_STYLE = {Status.EXCLUDED: "red", Status.ADMITTED: "green", Status.UNKNOWN: "yellow"}
+VERDICT_STYLE = {VerdictKind.LIFTABLE: "green", VerdictKind.BLOCKED: "red", VerdictKind.UNKNOWN: "yellow"}
+HAZARD_STYLE = "bold yellow"
+# A terminal gets the sign; a pipe or file gets a word, so that plain output stays ASCII.
+HAZARD_MARKER = {True: " ⚠", False: " (hazard)"}
+
+VerdictIndex = dict[tuple[str, Arch], Verdict]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +73,7 @@ class _Layout:
     admits: int
     else_kind: int
     targets: tuple[int, ...]
+    verdicts: tuple[int, ...] | None  # None: not judged, no verdict columns
     gate_id: int
 
 
@@ -71,7 +89,38 @@ def _admits_cell_text(gate: Gate) -> str:
     return prefix + admits_text(gate)
 
 
-def _layout(gates: Sequence[Gate], targets: Sequence[Target], width: int) -> _Layout:
+def _verdict_cell_text(verdict: Verdict, color: bool) -> str:
+    return verdict_text(verdict) + (HAZARD_MARKER[color] if verdict.hazards else "")
+
+
+def _verdict_needs(
+    gates: Sequence[Gate], targets: Sequence[Target], verdicts: VerdictIndex, color: bool
+) -> list[int]:
+    """The width each target's verdict column needs to show every cell on one line."""
+    needs = []
+    for target in targets:
+        cells = (verdicts.get((gate.id, target.arch)) for gate in gates)
+        needs.append(max((len(_verdict_cell_text(v, color)) for v in cells if v is not None), default=0))
+    return needs
+
+
+def _shrink(widths: list[int], floors: list[int], by: int) -> None:
+    """Take up to ``by`` columns from the widest of ``widths``, never below their ``floors``."""
+    while by > 0 and widths:
+        index = max(range(len(widths)), key=lambda i: widths[i] - floors[i])
+        if widths[index] <= floors[index]:
+            return
+        widths[index] -= 1
+        by -= 1
+
+
+def _layout(
+    gates: Sequence[Gate],
+    targets: Sequence[Target],
+    width: int,
+    verdicts: VerdictIndex | None = None,
+    color: bool = False,
+) -> _Layout:
     kinds = {gate.kind for gate in gates}
     line = max(len("line"), *(len(str(g.location.line)) for g in gates))
     kind = max(len("kind"), *(len(k.value) for k in kinds)) if len(kinds) > 1 else None
@@ -79,17 +128,33 @@ def _layout(gates: Sequence[Gate], targets: Sequence[Target], width: int) -> _La
     target_widths = tuple(max(*map(len, _target_header(t).split("\n")), len("excluded")) for t in targets)
     gate_id = max(len("id"), *(len(g.id) for g in gates))
     fixed = [line, else_kind, *target_widths, gate_id] + ([kind] if kind is not None else [])
-    columns = len(fixed) + 2
+    columns = len(fixed) + 2 + (len(targets) if verdicts is not None else 0)
     available = width - TABLE_INDENT - sum(fixed) - COLUMN_GAP * (columns - 1)
     condition_need = max(len("condition"), *(len(condition_text(g)) for g in gates))
     admits_need = max(len("admits"), *(len(_admits_cell_text(g)) for g in gates))
+    verdict_widths = None
+    if verdicts is not None:
+        # A list of missing features wraps more easily than a cut condition reads: when space is short
+        # the verdict columns give some back, in steps, down to one word per line at the very least.
+        needs = _verdict_needs(gates, targets, verdicts, color)
+        widths = [max(len("verdict"), min(need, MAX_VERDICT)) for need in needs]
+        readable = min(condition_need, READABLE_CONDITION) + min(admits_need, READABLE_ADMITS)
+        for floor, want in (
+            (WRAP_VERDICT, readable),
+            (MIN_VERDICT, readable),
+            (MIN_VERDICT_WORD, MIN_CONDITION + MIN_ADMITS),
+        ):
+            floors = [max(len("verdict"), min(need, floor)) for need in needs]
+            _shrink(widths, floors, want - (available - sum(widths)))
+        verdict_widths = tuple(widths)
+        available -= sum(verdict_widths)
     if condition_need + admits_need <= available:
         condition, admits = condition_need, admits_need
     else:
         # The admitted set wraps onto more lines; the condition is cut (its file:line is right there).
         admits = max(MIN_ADMITS, min(admits_need, max(available - condition_need, available * 2 // 5)))
         condition = max(MIN_CONDITION, available - admits)
-    return _Layout(line, kind, condition, admits, else_kind, target_widths, gate_id)
+    return _Layout(line, kind, condition, admits, else_kind, target_widths, verdict_widths, gate_id)
 
 
 CPP_OUTCOME_PREFIXES = ("fails", "otherwise", "default fails")
@@ -123,6 +188,28 @@ def _details(gate: Gate) -> list[str]:
     return lines
 
 
+def _verdict_details(gate: Gate, targets: Sequence[Target], verdicts: VerdictIndex) -> list[tuple[str, str]]:
+    """The verbose lines, with their style, that say why each target got its verdict and what is risky."""
+    lines: list[tuple[str, str]] = []
+    for target in targets:
+        verdict = verdicts.get((gate.id, target.arch))
+        if verdict is None:
+            continue
+        if verdict.reasons:
+            lines.append((f"verdict {target.arch.name}: {verdict.reasons[0]}", "dim"))
+        lines += [(f"hazard {target.arch.name}: {hazard}", "yellow") for hazard in verdict.hazards]
+    return lines
+
+
+def _verdict_cell(verdict: Verdict | None, color: bool) -> Text:
+    if verdict is None:
+        return Text("")
+    cell = Text(verdict_text(verdict), style=VERDICT_STYLE[verdict.kind])
+    if verdict.hazards:
+        cell.append(HAZARD_MARKER[color], style=HAZARD_STYLE)
+    return cell
+
+
 def _gate_table(
     gates: Sequence[Gate],
     targets: Sequence[Target],
@@ -130,6 +217,7 @@ def _gate_table(
     options: RenderOptions,
     *,
     header: bool,
+    verdicts: VerdictIndex | None = None,
 ) -> Table:
     """Rows for ``gates`` (or, with ``header``, just the column headings) in the report-wide layout."""
     overflow: OverflowMethod = "fold" if options.verbose else "ellipsis"
@@ -143,7 +231,9 @@ def _gate_table(
         leading=1 if options.verbose else 0,
     )
     headings = ["line", *(["kind"] if layout.kind is not None else []), "condition", "admits", "else"]
-    headings += [_target_header(target) for target in targets] + ["id"]
+    for target in targets:
+        headings += [_target_header(target), *(["verdict"] if layout.verdicts is not None else [])]
+    headings.append("id")
     height = max(heading.count("\n") for heading in headings)
     # Pad every heading to the same height so that one-line headings sit on the bottom line.
     heading_texts = iter(Text("\n" * (height - heading.count("\n")) + heading) for heading in headings)
@@ -156,8 +246,10 @@ def _gate_table(
     # The admitted set wraps instead of being cut: a cut set would be a wrong answer.
     table.add_column(next(heading_texts), width=layout.admits, overflow="fold")
     table.add_column(next(heading_texts), width=layout.else_kind, no_wrap=True)
-    for target_width in layout.targets:
+    for index, target_width in enumerate(layout.targets):
         table.add_column(next(heading_texts), width=target_width, no_wrap=True)
+        if layout.verdicts is not None:
+            table.add_column(next(heading_texts), width=layout.verdicts[index], overflow="fold")
     table.add_column(next(heading_texts), width=layout.gate_id, no_wrap=True)
     for gate in gates:
         condition = Text(condition_text(gate))
@@ -165,6 +257,9 @@ def _gate_table(
             for detail in _details(gate):
                 condition.append("\n")
                 condition.append(detail, style="dim")
+            for detail, style in _verdict_details(gate, targets, verdicts or {}):
+                condition.append("\n")
+                condition.append(detail, style=style)
         cells: list[Text] = [Text(str(gate.location.line))]
         if layout.kind is not None:
             cells.append(Text(gate.kind.value))
@@ -172,9 +267,29 @@ def _gate_table(
         for target in targets:
             status = gate.status(target.arch)
             cells.append(Text(status.value, style=STATUS_STYLE[status]))
+            if layout.verdicts is not None:
+                cells.append(_verdict_cell((verdicts or {}).get((gate.id, target.arch)), options.color))
         cells.append(Text(gate.id, style="dim"))
         table.add_row(*cells)
     return table
+
+
+def _print_verdict_counts(console: Console, report: Report) -> None:
+    """``flashinfer-python 0.6.2 for sm_120: 274 liftable (13 with hazards), 2,526 blocked, 39 unknown``."""
+    entries = package_verdict_counts(report)
+    if not entries:
+        return
+    console.print()
+    console.print(Text("verdicts:", style="bold"))
+    for entry in entries:
+        line = Text(f"{entry.label} for {entry.target.arch.name}: ")
+        for index, kind in enumerate(VerdictKind):
+            if index:
+                line.append(", ")
+            line.append(
+                entry.counts.cell(kind), style=VERDICT_STYLE[kind] if entry.counts.count(kind) else ""
+            )
+        console.print(Padding.indent(line, FILE_INDENT))
 
 
 def _print_skips(console: Console, report: Report, verbose: bool) -> None:
@@ -210,10 +325,12 @@ class TableFormatter:
         )
         gates = select_gates(report, options)
         targets = distinct_targets(report)
+        # Verdict columns only in a judged report, so that other reports render as they always did.
+        verdicts = report.verdict_index() if report.verdicts else None
         if not gates:
             console.print(Text(nothing_selected(report, options)))
         else:
-            layout = _layout(gates, targets, console.width)
+            layout = _layout(gates, targets, console.width, verdicts, options.color)
             versions = {p.name: p.version for p in report.packages}
             by_package = groupby(gates, key=lambda g: (g.location.package, g.location.version))
             for index, ((name, version), package_gates) in enumerate(by_package):
@@ -227,8 +344,11 @@ class TableFormatter:
                 )
                 for path, file_gates in groupby(package_gates, key=lambda g: g.location.path):
                     console.print(Padding.indent(Text(path, style="cyan"), FILE_INDENT))
-                    rows = _gate_table(list(file_gates), targets, layout, options, header=False)
+                    rows = _gate_table(
+                        list(file_gates), targets, layout, options, header=False, verdicts=verdicts
+                    )
                     console.print(Padding.indent(rows, TABLE_INDENT))
+        _print_verdict_counts(console, report)
         if report.notes or report.skips:
             console.print()
         for note in report.notes:
