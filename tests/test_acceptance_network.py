@@ -384,6 +384,8 @@ def test_062_comm_jit_filter_liftable_for_sm120a_but_header_gates_remain(judged_
     assert trtllm_ids[0] in note
     # ...and building with only the filter lifted compiles the PDL waits out: the hazard says so.
     assert any(
-        h.startswith("silent exclusion inside the sources") and TRTLLM in h and any(i in h for i in trtllm_ids)
+        h.startswith("silent exclusion inside the sources")
+        and TRTLLM in h
+        and any(i in h for i in trtllm_ids)
         for h in arch_specific.hazards
     ), arch_specific.hazards
