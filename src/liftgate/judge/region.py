@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import ast
 import bisect
-import io
 import itertools
 import re
-import tokenize as pytokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -41,6 +39,7 @@ MAX_SMEM = 8  # shared-memory sizes kept per region
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _NEWLINE = re.compile(r"\n")
+_PY_COMMENT_OR_STRING = re.compile(r"(\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*')|#[^\n]*")
 _WORD_CHAR = re.compile(r"\w")
 _CALL = re.compile(
     r"(?<![\w.>])((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*(?:<[^<>();{}]*(?:<[^<>();{}]*>[^<>();{}]*)*>)?\s*\("
@@ -626,18 +625,13 @@ def _declaration(code: str, start: int) -> bool:
 
 
 def _strip_python_comments(text: str) -> str:
-    """Python source with ``#`` comments blanked (lines kept); the text itself if it does not tokenize."""
-    try:
-        tokens = list(pytokenize.generate_tokens(io.StringIO(text).readline))
-    except (pytokenize.TokenError, SyntaxError, ValueError):
-        return text
-    lines = text.split("\n")
-    for tok in tokens:
-        if tok.type == pytokenize.COMMENT:
-            row, col = tok.start
-            line = lines[row - 1]
-            lines[row - 1] = line[:col] + " " * (len(line) - col)
-    return "\n".join(lines)
+    """Python source with ``#`` comments blanked (lines and offsets kept). Quotes on one line are
+    respected; a ``#`` line inside a triple-quoted string is blanked too, which only drops prose."""
+
+    def blank(m: re.Match[str]) -> str:
+        return m.group(0) if m.group(1) else " " * len(m.group(0))
+
+    return _PY_COMMENT_OR_STRING.sub(blank, text) if "#" in text else text
 
 
 def is_portable(full: str) -> bool:

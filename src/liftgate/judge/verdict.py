@@ -49,6 +49,7 @@ from liftgate.judge.region import (
 from liftgate.model import ElseKind, FeatureUse, Gate, GateKind, Status, Verdict, VerdictKind
 
 _SOURCES = re.compile(r"(?:built from|builds) (.+?)(?: for | at |$)")
+_PY_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.M)
 _MODULE = re.compile(r'JIT module "([^"]+)"')
 MAX_LISTED = 6
 BEST_EFFORT = "best effort"
@@ -83,7 +84,7 @@ class PackageContext:
     generators: dict[str, list[_Generator]] = field(default_factory=dict)
     _python: dict[str, PyFunctions] = field(default_factory=dict)
 
-    _py_texts: dict[str, str] | None = None
+    _py_index: dict[str, list[str]] | None = None
     _py_defs: dict[str, list[tuple[PyFunctions, int, int]]] = field(default_factory=dict)
 
     def python(self, path: str) -> PyFunctions:
@@ -93,24 +94,22 @@ class PackageContext:
         return self._python[path]
 
     def py_definitions(self, name: str) -> list[tuple[PyFunctions, int, int]]:
-        """Functions called ``name`` anywhere in the package's Python (at most 4)."""
+        """Functions called ``name`` anywhere in the package's Python (at most 4 files)."""
         if name in self._py_defs:
             return self._py_defs[name]
-        if self._py_texts is None:
-            self._py_texts = {}
+        if self._py_index is None:
+            # One pass over the package's Python: which files define which names.
+            self._py_index = {}
             for path in self.paths:
                 if path.endswith(".py"):
                     text = self.read(path)
-                    if text is not None:
-                        self._py_texts[path] = text
-        needle = f"def {name}("
+                    if text is not None and "def " in text:
+                        for defined in set(_PY_DEF.findall(text)):
+                            self._py_index.setdefault(defined, []).append(path)
         found: list[tuple[PyFunctions, int, int]] = []
-        for path, text in self._py_texts.items():
-            if needle in text:
-                funcs = self.python(path)
-                found.extend((funcs, a, b) for a, b in funcs.spans.get(name, ()))
-            if len(found) >= 4:
-                break
+        for path in self._py_index.get(name, ())[:4]:
+            funcs = self.python(path)
+            found.extend((funcs, a, b) for a, b in funcs.spans.get(name, ()))
         self._py_defs[name] = found
         return found
 
