@@ -46,6 +46,13 @@ def configure_parser(subparsers: Any) -> None:
         action="store_true",
         help="also compile the gated translation unit with the gate lifted, with nvcc, for each target",
     )
+    p.add_argument(
+        "--include-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra include directory for --compile-check (headers from outside the package), repeatable",
+    )
     p.set_defaults(run=run)
 
 
@@ -111,7 +118,9 @@ def run(args: argparse.Namespace) -> int:
     if args.compile_check:
         from liftgate.judge.compile_check import compile_check
 
-        checks = [compile_check(gate, t.arch, package_files) for t in report.targets]
+        checks = [
+            compile_check(gate, t.arch, package_files, include_dirs=args.include_dir) for t in report.targets
+        ]
     doc = explanation(report, gate, package_files, checks)
     if args.format == "json":
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -123,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
 
 def explanation(report: Any, gate: Any, package_files: dict[str, str], checks: list[Any]) -> dict[str, Any]:
     """Everything ``explain`` shows, as JSON-ready data (the text form renders this)."""
-    from liftgate.arch.core import cuda_exact_test
     from liftgate.judge.catalog import load_catalog
     from liftgate.judge.region import FileStore, RegionAnalyzer
     from liftgate.model import GateKind
@@ -175,12 +183,18 @@ def explanation(report: Any, gate: Any, package_files: dict[str, str], checks: l
                     }
                 )
             entry["region"] = lines
-        if gate.kind is GateKind.CUDA_PP and gate.directive in ("#if", "#elif", "#ifdef", "#ifndef"):
-            entry["lift_preview"] = _lift_preview(gate, cuda_exact_test(arch))
+        if (
+            gate.kind is GateKind.CUDA_PP
+            and gate.directive in ("#if", "#elif", "#ifdef", "#ifndef")
+            and entry["status"] != "admitted"
+        ):
+            preview = _lift_preview(gate, arch, package_files)
+            if preview:
+                entry["lift_preview"] = preview
         if checks:
             c = checks[n]
             entry["compile_check"] = {
-                "status": c.status.value if hasattr(c.status, "value") else str(c.status),
+                "status": c.status.value,
                 "command": c.command,
                 "translation_unit": c.translation_unit,
                 "diagnostics": list(c.diagnostics),
@@ -204,17 +218,18 @@ def _source_line(files: dict[str, str], path: str, number: int) -> str:
     return lines[number - 1].rstrip() if 0 < number <= len(lines) else ""
 
 
-def _lift_preview(gate: Any, test: str) -> dict[str, str]:
-    """The directive a lift would write: the gate's own condition, or'ed with the target's exact test."""
-    cond = gate.condition
-    wrapped = cond if _parenthesised(cond) else f"({cond})"
-    if gate.directive == "#ifdef":
-        new = f"#if defined({cond}) || {test}"
-    elif gate.directive == "#ifndef":
-        new = f"#if !defined({cond}) || {test}"
-    else:
-        new = f"{gate.directive} {wrapped} || {test}"
-    return {"before": f"{gate.directive} {cond}", "after": new}
+def _lift_preview(gate: Any, arch: Any, package_files: dict[str, str]) -> dict[str, str] | None:
+    """The directive a lift would write, from the file's own lines (`liftgate.lift.cuda_edit`)."""
+    from liftgate.lift.cuda_edit import EditError, lift_directive
+
+    path = gate.location.path
+    span = gate.location.span
+    lines = [_source_line(package_files, path, n) + "\n" for n in range(span.start, span.end + 1)]
+    try:
+        edit = lift_directive(lines, None, arch)
+    except EditError:
+        return None
+    return {"before": "".join(edit.before).rstrip(), "after": "".join(edit.after).rstrip()}
 
 
 def _wrap(text: str, width: int = 100) -> str:
@@ -224,18 +239,6 @@ def _wrap(text: str, width: int = 100) -> str:
     return textwrap.fill(
         text, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
     )
-
-
-def _parenthesised(text: str) -> bool:
-    """Whether ``text`` is one parenthesised group: ``(a && b)`` but not ``(a) && (b)``."""
-    if not (text.startswith("(") and text.endswith(")")):
-        return False
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0 and i < len(text) - 1:
-            return False
-    return True
 
 
 def render_text(doc: dict[str, Any], color: bool) -> str:
