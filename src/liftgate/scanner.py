@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
@@ -437,6 +437,8 @@ def scan(
     sdist: bool = False,
     judge: bool | Callable[[Gate], bool] = False,
     files_out: dict[tuple[str, str | None], dict[str, str]] | None = None,
+    only_packages: Collection[str] | None = None,
+    overlay: Mapping[tuple[str, str], str] | None = None,
 ) -> Report:
     """Scan sources for architecture gates and evaluate them for ``targets``.
 
@@ -445,6 +447,9 @@ def scan(
     ``judge``, every gate that excludes a target gets a `Verdict` (`liftgate.judge`); a callable
     chooses which gates are judged. ``files_out``, when given, receives each package's files
     (package path -> filesystem path, keyed by (name, version)) for callers that show source.
+    ``only_packages`` keeps just the named distributions; ``overlay`` reads some files from
+    elsewhere (``(package, path) -> filesystem path``): how `liftgate.lift` re-detects a plan's
+    edits before it changes anything.
     """
     from liftgate.sources import resolve_sources
     from liftgate.sources.cache import cache_root
@@ -467,6 +472,11 @@ def scan(
     packages, skips = resolve_sources(
         specs, env=env, cache_dir=str(cache_root_dir), observer=observer, offline=offline, sdist=sdist
     )
+    if only_packages is not None:
+        wanted = {n.lower() for n in only_packages}
+        packages = [p for p in packages if p.name.lower() in wanted]
+    if overlay:
+        packages = [_overlaid(p, overlay) for p in packages]
     scan_cache = ScanCache(cache_root_dir if use_cache else None)
     pool = _Pool(jobs or max(1, min(os.cpu_count() or 1, 8)))
     all_gates: list[Gate] = []
@@ -523,6 +533,18 @@ def scan(
         notes=tuple(notes),
         verdicts=tuple(verdicts),
     )
+
+
+def _overlaid(pkg: Package, overlay: Mapping[tuple[str, str], str]) -> Package:
+    files = []
+    for f in pkg.files:
+        replacement = overlay.get((pkg.name, f.path))
+        if replacement is None:
+            files.append(f)
+        else:
+            st = os.stat(replacement)
+            files.append(replace(f, fspath=replacement, size=st.st_size, mtime_ns=st.st_mtime_ns))
+    return replace(pkg, files=tuple(files))
 
 
 @cache

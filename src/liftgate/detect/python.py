@@ -363,6 +363,17 @@ def _terminates(stmts: list[ast.stmt]) -> bool:
     return False
 
 
+def is_guard(stmt: ast.If) -> bool:
+    """Whether an ``if`` is a guard: the code it admits is what follows it, where its test is false
+    (``if not X: raise``/``if X: raise``, or ``if not X: return fallback``). `liftgate.lift` edits
+    a guard's test with the opposite polarity."""
+    if stmt.orelse:
+        return False
+    if _raises(stmt.body):
+        return True
+    return _terminates(stmt.body) and isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not)
+
+
 def _raises(stmts: list[ast.stmt]) -> bool:
     """The block ends the path with an error: a raise (possibly after logging) or ``assert False``."""
     for stmt in stmts:
@@ -1310,17 +1321,10 @@ class Interpreter:
 
     def _report_if(self, stmt: ast.If, test: AV, frame: _Frame, directive: str) -> None:
         assert frame.sink is not None
-        body_raises = _raises(stmt.body)
         is_elif = len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If)
-        if not stmt.orelse and body_raises:
-            guard, else_kind = True, ElseKind.ERROR
-        elif (
-            not stmt.orelse
-            and _terminates(stmt.body)
-            and isinstance(stmt.test, ast.UnaryOp)
-            and isinstance(stmt.test.op, ast.Not)
-        ):
-            guard, else_kind = True, ElseKind.FALLBACK
+        guard = is_guard(stmt)
+        if guard:
+            else_kind = ElseKind.ERROR if _raises(stmt.body) else ElseKind.FALLBACK
         else:
             guard = False
             if stmt.orelse and not is_elif and _raises(stmt.orelse):

@@ -1,0 +1,217 @@
+"""``liftgate lift GATE_ID… | --all-liftable``: plan, show and apply a reversible lift; ``--export DIR``.
+
+Also ``liftgate apply-patches DIR``: re-apply an exported series to another environment, each
+gate found again by identity (`liftgate.lift.workflow.relocate_series`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--env", metavar="PATH", help="the environment to change (a virtualenv or prefix; default: this one)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="show the plan and the diff; change nothing")
+    p.add_argument("-y", "--yes", action="store_true", help="apply without asking")
+    p.add_argument("-f", "--format", choices=("text", "json"), default="text", help="how to print the plan")
+    p.add_argument("--cache-dir", metavar="DIR", help="liftgate's scan cache directory")
+
+
+def configure_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "lift",
+        help="patch gates so they also admit the target, reversibly (journal, backups, JIT caches)",
+        description=(
+            "Plan edits that make each GATE_ID also admit --target and nothing else, re-detect them to "
+            "check that, show the diff, and apply it to the environment with a journal "
+            "(<prefix>/.liftgate): byte-exact backups, sha256 before and after, JIT-cache entries built "
+            "from the old sources moved aside. `liftgate status` shows lifts, `liftgate revert` undoes them."
+        ),
+        epilog="Exit codes: 0 applied (or planned, with --dry-run), 1 nothing to apply or declined, 2 error.",
+    )
+    p.add_argument(
+        "gate_ids", nargs="*", metavar="GATE_ID", help="gate ids from `liftgate scan` (unique prefixes work)"
+    )
+    p.add_argument(
+        "-t", "--target", metavar="ARCH", help="the architecture to admit (default: the local GPU)"
+    )
+    p.add_argument(
+        "--all-liftable", action="store_true", help="every gate the judge finds liftable for the target"
+    )
+    p.add_argument(
+        "--at",
+        choices=("call-site", "definition"),
+        default="call-site",
+        help="for a helper predicate: edit the call site (default) or its definition (changes every caller)",
+    )
+    p.add_argument("--force", action="store_true", help="also lift gates the judge says are blocked")
+    p.add_argument(
+        "--export", metavar="DIR", help="also write the patch series (one diff per package) to DIR"
+    )
+    _common(p)
+    p.set_defaults(run=run)
+
+    a: argparse.ArgumentParser = subparsers.add_parser(
+        "apply-patches",
+        help="re-apply an exported patch series to an environment, gate by gate",
+        description=(
+            "Re-apply a series written by `liftgate lift --export DIR`: each gate is found again by its "
+            "identity (not its line), so the series survives releases that moved code; a gate that is "
+            "gone or changed is refused on its own, the others are lifted."
+        ),
+        epilog="Exit codes: 0 applied, 1 some gates refused or nothing to apply, 2 error.",
+    )
+    a.add_argument("directory", metavar="DIR")
+    _common(a)
+    a.set_defaults(run=run_apply_patches)
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"liftgate: error: {message}\n")
+    return EXIT_ERROR
+
+
+def _target(spelling: str | None) -> Any:
+    from liftgate.arch.parse import parse_target
+
+    if spelling:
+        return parse_target(spelling)
+    from liftgate.arch.nvml import detect_local_archs
+
+    archs = detect_local_archs()
+    if len({a.cc for a in archs}) > 1:
+        raise ValueError("GPUs of several capabilities are visible: pass --target")
+    return archs[0]
+
+
+def run(args: argparse.Namespace) -> int:
+    from liftgate.arch.nvml import NoGpuError
+    from liftgate.arch.parse import UnknownArchError
+    from liftgate.cli.progress import make_observer
+    from liftgate.lift.workflow import LiftError, PlanError, choose_gates, plan_env, scan_env
+    from liftgate.sources.interface import SourceError
+
+    if not args.gate_ids and not args.all_liftable:
+        return _error("name GATE_IDs (from `liftgate scan`) or pass --all-liftable")
+    try:
+        target = _target(args.target)
+    except (UnknownArchError, NoGpuError, ValueError) as exc:
+        return _error(str(exc))
+    observer = make_observer(quiet=not sys.stderr.isatty())
+    wanted = tuple(w.strip() for w in args.gate_ids)
+    try:
+        try:
+            es = scan_env(
+                args.env, target, cache_dir=args.cache_dir, observer=observer,
+                judge=True if args.all_liftable else (lambda g: g.id.startswith(wanted)),
+            )  # fmt: skip
+        finally:
+            observer.finish()
+        ids, refused = choose_gates(es, target, args.gate_ids, args.all_liftable, args.force)
+        plan = plan_env(es, target, ids, at=args.at, refused=refused)
+    except (SourceError, PlanError, LiftError) as exc:
+        return _error(str(exc))
+    return _show_and_apply(plan, args)
+
+
+def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
+    from liftgate.lift.journal import prefix_for
+    from liftgate.lift.workflow import LiftError, apply_plan, export_series
+
+    if args.format == "json":
+        doc = plan.to_dict()
+        doc["diff"] = plan.diff()
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_plan(plan))
+        sys.stdout.write(plan.diff())
+    if getattr(args, "export", None) and plan.files:
+        for path in export_series(plan, args.export):
+            sys.stderr.write(f"liftgate: wrote {path}\n")
+    if not plan.files:
+        sys.stderr.write("liftgate: nothing to lift\n")
+        return EXIT_REFUSED
+    if args.dry_run:
+        sys.stderr.write(f"liftgate: dry run: {plan.lift_id} not applied\n")
+        return EXIT_OK
+    prefix = prefix_for(args.env)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            return _error("no terminal to confirm on: pass --yes to apply, or --dry-run to only look")
+        sys.stderr.write(f"Apply {plan.lift_id} to {prefix} ({len(plan.files)} files)? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            sys.stderr.write("liftgate: not applied\n")
+            return EXIT_REFUSED
+    try:
+        doc = apply_plan(plan, args.env)
+    except LiftError as exc:
+        return _error(str(exc))
+    except OSError as exc:
+        return _error(
+            f"{getattr(exc, 'filename', '') or prefix}: {exc.strerror or exc}; nothing was left half-applied"
+        )
+    for note in doc.get("recovery_notes", []):
+        sys.stderr.write(f"liftgate: {note}\n")
+    moved = doc.get("caches_moved", [])
+    sys.stderr.write(
+        f"liftgate: applied {plan.lift_id} for {plan.target.name}: {len(plan.files)} files changed, "
+        f"{len(moved)} JIT-cache entries moved aside; journal in {os.path.join(prefix, '.liftgate')}\n"
+    )
+    for m in moved:
+        sys.stderr.write(f"  moved aside: {m['original']} ({m['cache']})\n")
+    sys.stderr.write(
+        f"liftgate: undo with `liftgate revert {plan.lift_id}"
+        + (f" --env {args.env}`\n" if args.env else "`\n")
+    )
+    return EXIT_OK
+
+
+def render_plan(plan: Any) -> str:
+    lines = [f"lift {plan.lift_id} for {plan.target.name}" + ("" if plan.verified else " (not re-detected)")]
+    for g in plan.planned:
+        lines.append(f"  + {g.gate_id}  {g.package} {g.path}:{g.line}  {g.how}")
+        if g.granularity == "major":
+            lines.append(f"      (the code compares majors: every {plan.target.major}.x is admitted)")
+        if g.via:
+            lines.append(f"      (edited at its definition: {g.via})")
+    for s in plan.skipped:
+        lines.append(f"  - {s.gate_id}  not lifted: {s.reason}")
+    for n in plan.notes:
+        lines.append(f"  note: {n}")
+    if plan.verified:
+        lines.append(
+            "  re-detected: every planned gate now admits the target, and nothing else changed beyond the notes"
+        )
+    return "\n".join(lines) + "\n\n"
+
+
+def run_apply_patches(args: argparse.Namespace) -> int:
+    from liftgate.arch.parse import UnknownArchError, parse_target
+    from liftgate.lift.workflow import LiftError, PlanError, plan_env, read_series, relocate_series, scan_env
+    from liftgate.sources.interface import SourceError
+
+    try:
+        doc = read_series(args.directory)
+        target = parse_target(doc["target"])
+        packages = [p["name"] for p in doc.get("packages", [])]
+        es = scan_env(args.env, target, only_packages=packages, cache_dir=args.cache_dir)
+        found, refused = relocate_series(doc, es, target)
+        for r in refused:
+            sys.stderr.write(f"liftgate: refused {r.gate_id}: {r.reason}\n")
+        if not found:
+            return _error("no gate of the series is in this environment: nothing to apply")
+        plan = plan_env(es, target, found, refused=refused)
+    except (SourceError, PlanError, LiftError, UnknownArchError, KeyError) as exc:
+        return _error(str(exc))
+    args.export = None
+    code = _show_and_apply(plan, args)
+    return EXIT_REFUSED if code == EXIT_OK and refused and not args.dry_run else code

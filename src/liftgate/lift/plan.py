@@ -1,0 +1,574 @@
+"""The PatchPlan: which edits lift which gates, as data and a unified diff, before anything changes.
+
+`plan_lift` is pure given the scan it starts from and a way to re-detect: for each gate it picks
+the language's edit (`cuda_edit`, `py_edit`, `cmake_edit`), marks it with a comment naming
+liftgate, the target and the lift id, and groups the edits by file. Then it **re-detects** the
+patched files (the same detectors, reading the new text from a temporary copy) and keeps an
+edit only if the gate now admits the target and nothing beyond what the edit claims (a CUDA
+test admits exactly the target's compilation passes; a runtime test its capability, or every
+minor of its major where the code compares majors). Other gates that change are listed: gates
+that use a lifted derived macro, callers of a lifted definition, or an ``#elif`` that the lifted
+branch now takes first. Any other change rejects the edit, so a heuristic never goes unchecked.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from liftgate.arch.core import Arch, ArchSet, universe
+from liftgate.lift import py_edit
+from liftgate.lift.cmake_edit import cmake_edit
+from liftgate.lift.cuda_edit import EditError, lift_directive
+from liftgate.lift.text import Edit, NoSafeEdit, TextEdit, apply_edits
+from liftgate.model import Gate, GateKind, Report, Status
+
+PLAN_VERSION = 1
+_DEFINED_UNDER = re.compile(r"^(\w+) is defined (?:under|when)\b")
+_ARCH_BUILTIN = re.compile(r"__CUDA_ARCH")
+_JIT_MODULE = re.compile(r'JIT module "([^"]+)"')
+_CUDA_MARKER = "\x00liftgate-marker\x00"  # replaced by the marker once the lift id is known
+
+Rescan = Callable[[Mapping[tuple[str, str], str], Sequence[str]], Report]
+"""Re-detect the named packages with some files read from elsewhere: ``(package, path) -> file``."""
+
+
+class PlanError(ValueError):
+    """The request cannot be planned (an unknown gate id, an unknown --at): one line for the user."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    """One file of one package, before and after."""
+
+    package: str
+    version: str | None
+    path: str  # inside the package: also the path in the exported patch (a/PATH, b/PATH)
+    fspath: str
+    before: bytes
+    after: bytes
+    gate_ids: tuple[str, ...]
+
+    @property
+    def sha_before(self) -> str:
+        return sha256(self.before)
+
+    @property
+    def sha_after(self) -> str:
+        return sha256(self.after)
+
+    def diff(self) -> str:
+        old = self.before.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+        new = self.after.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+        lines = list(difflib.unified_diff(old, new, f"a/{self.path}", f"b/{self.path}", n=3))
+        return "".join(
+            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedGate:
+    gate_id: str
+    kind: str
+    package: str
+    path: str
+    line: int
+    condition: str
+    how: str
+    granularity: str  # "exact" (CUDA passes), "capability", "major"
+    via: str | None = None  # the gate actually edited when it is not this one (a derived macro's definition)
+    jit_modules: tuple[str, ...] = ()  # JIT modules a build filter guards (their cache entries go stale)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedGate:
+    gate_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PatchPlan:
+    lift_id: str
+    target: Arch
+    planned: tuple[PlannedGate, ...]
+    skipped: tuple[SkippedGate, ...]
+    files: tuple[FileChange, ...]
+    notes: tuple[str, ...] = ()
+    verified: bool = False
+
+    def diff(self) -> str:
+        return "".join(f.diff() for f in self.files)
+
+    def packages(self) -> dict[str, str | None]:
+        return {f.package: f.version for f in self.files}
+
+    def jit_modules(self) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for p in self.planned:
+            out.setdefault(p.package, set()).update(p.jit_modules)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan_version": PLAN_VERSION,
+            "lift_id": self.lift_id,
+            "target": self.target.name,
+            "verified": self.verified,
+            "gates": [_planned_dict(p) for p in self.planned],
+            "skipped": [{"gate_id": s.gate_id, "reason": s.reason} for s in self.skipped],
+            "files": [
+                {
+                    "package": f.package,
+                    "version": f.version,
+                    "path": f.path,
+                    "fspath": f.fspath,
+                    "sha256_before": f.sha_before,
+                    "sha256_after": f.sha_after,
+                    "gates": list(f.gate_ids),
+                }
+                for f in self.files
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def _planned_dict(p: PlannedGate) -> dict[str, Any]:
+    return {
+        "gate_id": p.gate_id,
+        "kind": p.kind,
+        "package": p.package,
+        "path": p.path,
+        "line": p.line,
+        "condition": p.condition,
+        "how": p.how,
+        "granularity": p.granularity,
+        "via": p.via,
+        "jit_modules": list(p.jit_modules),
+    }
+
+
+def exact_archs(target: Arch) -> ArchSet:
+    """The targets `liftgate.arch.core.cuda_exact_test` is true for (a CUDA lift admits these)."""
+    same = [a for a in universe() if a.cc == target.cc]
+    if target.variant == "a":
+        return ArchSet(a for a in same if a.variant == "a")
+    if target.variant == "f":
+        return ArchSet(a for a in same if a.variant in ("a", "f"))
+    return ArchSet(same)
+
+
+def allowed_archs(target: Arch, granularity: str) -> ArchSet:
+    if granularity == "major":
+        return ArchSet(a for a in universe() if a.major == target.major)
+    if granularity == "capability":
+        return ArchSet(a for a in universe() if a.cc == target.cc)
+    return exact_archs(target)
+
+
+def lift_id_for(target: Arch, gate_ids: Iterable[str], shas: Iterable[str]) -> str:
+    key = "\x1f".join([target.name, *sorted(gate_ids), *sorted(shas)])
+    return "lg-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+def marker(target: Arch, lift_id: str) -> str:
+    return f"liftgate: +{target.name} {lift_id}"
+
+
+@dataclass
+class _FileWork:
+    package: str
+    version: str | None
+    path: str
+    fspath: str
+    data: bytes
+    text: str
+    edits: list[TextEdit] = field(default_factory=list)
+    gates: list[str] = field(default_factory=list)
+    marker_at: set[int] = field(default_factory=set)
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    starts.extend(i + 1 for i, ch in enumerate(text) if ch == "\n")
+    return starts
+
+
+def _read(fspath: str) -> bytes:
+    with open(fspath, "rb") as fh:
+        return fh.read()
+
+
+def _definition_gates(gate: Gate, gates: Sequence[Gate], target: Arch) -> list[Gate] | None:
+    """For a CUDA gate that sees the arch only through derived macros: the gates around their
+    ``#define``s (those are what a lift edits), or None when the gate tests the arch itself."""
+    if _ARCH_BUILTIN.search(gate.condition):
+        return None
+    defs = [e for e in gate.evidence if e.path and e.line and _DEFINED_UNDER.match(e.text)]
+    if not defs:
+        return None
+    found: list[Gate] = []
+    for e in defs:
+        for g in gates:
+            if (
+                g.kind is GateKind.CUDA_PP
+                and g.location.package == gate.location.package
+                and g.location.path == e.path
+                and g.then_span is not None
+                and e.line is not None
+                and g.then_span.start <= e.line <= g.then_span.end
+                and g.status(target) is not Status.ADMITTED
+            ):
+                found.append(g)
+    return list(dict.fromkeys(found)) or None
+
+
+def plan_lift(
+    report: Report,
+    gate_ids: Sequence[str],
+    target: Arch,
+    files: Mapping[tuple[str, str | None], Mapping[str, str]],
+    *,
+    at: str = "call-site",
+    rescan: Rescan | None = None,
+) -> PatchPlan:
+    """Plan the lift of ``gate_ids`` (ids or unique prefixes from ``report``) for ``target``.
+
+    ``files`` maps each package to its files on disk (``liftgate.scan(files_out=…)``). With
+    ``rescan``, edits are re-detected and only verified ones are kept (``verified=True``).
+    """
+    if at not in ("call-site", "definition"):
+        raise PlanError(f"--at must be call-site or definition, not {at!r}")
+    gates = _resolve_ids(report.gates, gate_ids)
+    skipped: list[SkippedGate] = []
+    rejected: dict[str, str] = {}
+    for _round in range(3):
+        plan = _plan_once(report, gates, target, files, at, skipped, rejected)
+        if rescan is None or not plan.files:
+            return plan
+        problems, notes = _verify(report, plan, target, rescan)
+        if not problems:
+            return PatchPlan(
+                plan.lift_id, target, plan.planned, plan.skipped, plan.files,
+                (*plan.notes, *notes), verified=True,
+            )  # fmt: skip
+        rejected.update(problems)
+    raise PlanError(
+        "the plan did not verify after three rounds: " + "; ".join(f"{k}: {v}" for k, v in rejected.items())
+    )
+
+
+def _resolve_ids(gates: Sequence[Gate], wanted: Sequence[str]) -> list[Gate]:
+    out: list[Gate] = []
+    for w in wanted:
+        w = w.strip()
+        matches = [g for g in gates if g.id == w] or [g for g in gates if g.id.startswith(w)]
+        if not matches:
+            raise PlanError(
+                f"no gate {w!r} in the scan: run `liftgate scan` on the same environment to list ids"
+            )
+        if len(matches) > 1:
+            raise PlanError(
+                f"gate id {w!r} is ambiguous ({', '.join(g.id for g in matches[:6])}): give more characters"
+            )
+        out.append(matches[0])
+    return list(dict.fromkeys(out))
+
+
+def _plan_once(
+    report: Report,
+    gates: Sequence[Gate],
+    target: Arch,
+    files: Mapping[tuple[str, str | None], Mapping[str, str]],
+    at: str,
+    skipped_before: list[SkippedGate],
+    rejected: Mapping[str, str],
+) -> PatchPlan:
+    work: dict[tuple[str, str], _FileWork] = {}
+    skipped = list(skipped_before)
+    planned: list[PlannedGate] = []
+    notes: list[str] = []
+    edited: dict[str, str] = {}  # the gate actually edited -> the requested gate it serves
+    trees: dict[tuple[str, str], ast.Module] = {}
+
+    def file_work(gate: Gate) -> _FileWork:
+        key = (gate.location.package, gate.location.path)
+        if key not in work:
+            pkg_files = files.get((gate.location.package, gate.location.version), {})
+            fspath = pkg_files.get(gate.location.path)
+            if fspath is None:
+                raise NoSafeEdit(
+                    f"{gate.location.path} is not among the scanned files of {gate.location.package}"
+                )
+            try:
+                data = _read(fspath)
+            except OSError as exc:
+                raise NoSafeEdit(f"cannot read {fspath}: {exc.strerror or exc}") from exc
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise NoSafeEdit(f"{gate.location.path} is not UTF-8: liftgate does not edit it") from exc
+            work[key] = _FileWork(
+                gate.location.package, gate.location.version, gate.location.path, fspath, data, text
+            )
+        return work[key]
+
+    for requested in gates:
+        if requested.id in rejected:
+            skipped.append(SkippedGate(requested.id, rejected[requested.id]))
+            continue
+        status = requested.status(target)
+        if status is Status.ADMITTED:
+            skipped.append(SkippedGate(requested.id, f"already admits {target.name}"))
+            continue
+        targets_to_edit = [requested]
+        via_note = None
+        if requested.kind is GateKind.CUDA_PP:
+            defs = _definition_gates(requested, report.gates, target)
+            if defs:
+                targets_to_edit = defs
+                where = ", ".join(f"{d.location.path}:{d.location.line}" for d in defs)
+                via_note = where
+                notes.append(
+                    f"{requested.id} sees the arch only through a derived macro: the lift edits its "
+                    f"definition ({where}), which admits {target.name} in every use of it"
+                )
+        for gate in targets_to_edit:
+            if gate.id in edited:
+                planned.append(
+                    _planned(requested, "the same definition edit as " + edited[gate.id], "exact", via_note)
+                )
+                break
+            try:
+                fw = file_work(gate)
+                edit = _edit_for(gate, fw, target, at, trees, report)
+                granularity = edit.granularity
+            except (NoSafeEdit, EditError) as exc:
+                skipped.append(SkippedGate(requested.id, str(exc)))
+                break
+            fw.edits.extend(edit.edits)
+            fw.gates.append(requested.id)
+            if gate.kind is not GateKind.CUDA_PP:
+                last = max(e.end for e in edit.edits)
+                fw.marker_at.add(
+                    py_edit.marker_position(fw.text, last)
+                    if gate.kind is not GateKind.CMAKE
+                    else _eol(fw.text, last)
+                )
+            edited[gate.id] = requested.id
+            planned.append(_planned(requested, edit.how, granularity, via_note))
+    shas = [sha256(fw.data) for fw in work.values()]
+    lift_id = lift_id_for(target, [p.gate_id for p in planned], shas)
+    text_marker = marker(target, lift_id)
+    changes: list[FileChange] = []
+    for fw in work.values():
+        if not fw.edits:
+            continue
+        edits = list(fw.edits)
+        comment = "#"
+        for pos in sorted(fw.marker_at):
+            edits.append(TextEdit(pos, pos, f"  {comment} {text_marker}"))
+        try:
+            new_text = apply_edits(fw.text, edits)
+        except NoSafeEdit as exc:
+            for gid in fw.gates:
+                skipped.append(SkippedGate(gid, f"{fw.path}: {exc}"))
+            planned = [p for p in planned if p.gate_id not in fw.gates]
+            continue
+        new_text = new_text.replace(_CUDA_MARKER, text_marker)
+        changes.append(
+            FileChange(
+                fw.package, fw.version, fw.path, fw.fspath, fw.data, new_text.encode("utf-8"), tuple(fw.gates)
+            )
+        )
+    changes.sort(key=lambda c: (c.package.lower(), c.path))
+    return PatchPlan(
+        lift_id, target, tuple(planned), tuple(skipped), tuple(changes), tuple(dict.fromkeys(notes))
+    )
+
+
+def _eol(text: str, offset: int) -> int:
+    end = text.find("\n", offset)
+    end = len(text) if end < 0 else end
+    return end - 1 if end > 0 and text[end - 1] == "\r" else end
+
+
+def _planned(gate: Gate, how: str, granularity: str, via: str | None) -> PlannedGate:
+    modules = tuple(dict.fromkeys(m.group(1) for e in gate.evidence if (m := _JIT_MODULE.search(e.text))))
+    return PlannedGate(
+        gate.id, gate.kind.value, gate.location.package, gate.location.path, gate.location.line,
+        gate.condition, how, granularity, via, modules,
+    )  # fmt: skip
+
+
+def _edit_for(
+    gate: Gate, fw: _FileWork, target: Arch, at: str, trees: dict[tuple[str, str], ast.Module], report: Report
+) -> Edit:
+    if gate.kind is GateKind.CUDA_PP:
+        starts = _line_starts(fw.text)
+        span = gate.location.span
+        if span.end > len(starts):
+            raise NoSafeEdit(f"{gate.location.path} is shorter than line {span.end}: rescan and plan again")
+        begin = starts[span.start - 1]
+        end = starts[span.end] if span.end < len(starts) else len(fw.text)
+        lines = fw.text[begin:end].splitlines(keepends=True)
+        directive = lift_directive(lines, _CUDA_MARKER, target)
+        how = f"{lines[0].strip()[:60]} … || the exact test for {target.name}"
+        return Edit((TextEdit(begin, end, "".join(directive.after)),), how, "exact")
+    key = (fw.package, fw.path)
+    if gate.kind in (GateKind.PY_RUNTIME, GateKind.PY_BUILD):
+        if key not in trees:
+            trees[key] = py_edit.parse_module(fw.text, fw.path)
+        if gate.kind is GateKind.PY_BUILD:
+            return py_edit.build_edit(fw.text, gate, target, trees[key])
+        if at == "definition":
+            edit = _definition_edit(gate, fw, target, report)
+            if edit is not None:
+                return edit
+        return py_edit.runtime_edit(fw.text, gate, target, trees[key])
+    if gate.kind is GateKind.CMAKE:
+        return cmake_edit(fw.text, gate, target, _line_starts(fw.text))
+    raise NoSafeEdit(
+        f"a {gate.kind.value} gate is compiled into the package's binaries: lifting it needs a rebuild "
+        "from source, which liftgate does not do"
+    )
+
+
+def _definition_edit(gate: Gate, fw: _FileWork, target: Arch, report: Report) -> Edit | None:
+    """``--at definition``: widen a literal arch list on a line of the gate's evidence chain.
+
+    Only edits inside the same file are planned here (the evidence line must be in ``fw``); a
+    definition elsewhere raises with where it is, so the user can lift that file's gate.
+    """
+    for e in reversed(gate.evidence):
+        if not (e.path and e.line):
+            continue
+        if e.path != fw.path:
+            raise NoSafeEdit(
+                f"the definition is in {e.path}:{e.line}, another module: lift the gate there, "
+                "or use the default call-site edit"
+            )
+        try:
+            edit = py_edit.list_edit(fw.text, e.line, e.line, target)
+        except NoSafeEdit:
+            continue
+        callers = [
+            g.id
+            for g in report.gates
+            if g.id != gate.id and any(x.path == e.path and x.line == e.line for x in g.evidence)
+        ]
+        how = f"{edit.how} in the definition at {e.path}:{e.line}"
+        if callers:
+            how += f"; this changes every caller ({len(callers)} more gates: {', '.join(callers[:8])})"
+        return Edit(edit.edits, how, edit.granularity)
+    return None
+
+
+def _verify(
+    report: Report, plan: PatchPlan, target: Arch, rescan: Rescan
+) -> tuple[dict[str, str], list[str]]:
+    """Re-detect the patched files; (rejected gate ids with why, notes on other gates that changed)."""
+    packages = sorted({c.package for c in plan.files})
+    with tempfile.TemporaryDirectory(prefix="liftgate-plan-") as tmp:
+        overlay: dict[tuple[str, str], str] = {}
+        for n, change in enumerate(plan.files):
+            dest = os.path.join(tmp, str(n), os.path.basename(change.path))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "wb") as fh:
+                fh.write(change.after)
+            overlay[(change.package, change.path)] = dest
+        after = rescan(overlay, packages)
+    touched = {(c.package, c.path) for c in plan.files}
+    before_by_loc = {_loc(g): g for g in report.gates if g.location.package in packages}
+    after_by_loc = {_loc(g): g for g in after.gates if g.location.package in packages}
+    problems: dict[str, str] = {}
+    notes: list[str] = []
+    lifted = {p.gate_id: p for p in plan.planned}
+    allowed_by_gate = {p.gate_id: allowed_archs(target, p.granularity) for p in plan.planned}
+    every_allowed = ArchSet.none()
+    for a in allowed_by_gate.values():
+        every_allowed = every_allowed | a
+    for loc, old in before_by_loc.items():
+        new = after_by_loc.get(loc)
+        planned = lifted.get(old.id)
+        if planned is not None:
+            if new is None:
+                problems[old.id] = "after the edit the gate is no longer detected at its line (not verified)"
+                continue
+            gained = new.admitted - old.admitted
+            if target not in new.admitted:
+                problems[old.id] = (
+                    f"after the edit the gate still excludes {target.name} (admits {new.admitted.render()})"
+                )
+            elif (old.admitted - new.admitted) or not gained.issubset(allowed_by_gate[old.id]):
+                problems[old.id] = (
+                    f"after the edit the gate admits {new.admitted.render()}, beyond {target.name}: not applied"
+                )
+            continue
+        if (
+            (old.location.package, old.location.path) not in touched
+            and new is not None
+            and (new.admitted == old.admitted and new.unknown == old.unknown)
+        ):
+            continue
+        if new is None:
+            if (old.location.package, old.location.path) in touched:
+                owner = _owner(old, plan)
+                problems[owner] = (
+                    f"the edit made gate {old.id} ({old.location.path}:{old.location.line}) disappear"
+                )
+            continue
+        if new.admitted == old.admitted and new.unknown == old.unknown:
+            continue
+        gained, lost = new.admitted - old.admitted, old.admitted - new.admitted
+        where = f"{old.id} ({old.location.path}:{old.location.line})"
+        if gained and gained.issubset(every_allowed) and not lost:
+            notes.append(f"{where} now admits {target.name} too (it depends on a lifted gate)")
+        elif lost and lost.issubset(every_allowed) and not gained:
+            notes.append(
+                f"{where} no longer admits {target.name}: the lifted branch before it is taken first"
+            )
+        elif not gained and not lost:
+            notes.append(f"{where}: what is unknown for it changed")
+        else:
+            owner = _owner(old, plan)
+            problems[owner] = (
+                f"the edit changed gate {where} beyond {target.name} (admits {new.admitted.render()})"
+            )
+    for loc, new in after_by_loc.items():
+        if (
+            loc not in before_by_loc
+            and (new.location.package, new.location.path) in touched
+            and new.location.line not in {p.line for p in plan.planned if p.path == new.location.path}
+        ):
+            problems[_owner(new, plan)] = (
+                f"the edit made a new gate appear at {new.location.path}:{new.location.line}"
+            )
+    return problems, notes
+
+
+def _loc(g: Gate) -> tuple[str, str, int, str]:
+    return (g.location.package, g.location.path, g.location.span.start, g.kind.value)
+
+
+def _owner(g: Gate, plan: PatchPlan) -> str:
+    """The planned gate whose edit is to blame for a change in ``g`` (the nearest one in its file)."""
+    same = [p for p in plan.planned if p.package == g.location.package and p.path == g.location.path]
+    if not same:
+        same = list(plan.planned)
+    return min(same, key=lambda p: abs(p.line - g.location.line)).gate_id
+
+
+def plan_to_json(plan: PatchPlan) -> str:
+    return json.dumps(plan.to_dict(), indent=2) + "\n"
