@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 
@@ -13,3 +16,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="regenerate the golden files under tests/golden/ instead of comparing against them",
     )
+
+
+def install_fake(prefix: Path, tree: Path, name: str, version: str) -> Path:
+    """Lay ``tree`` out as an installed distribution in a fake virtualenv at ``prefix``: files
+    under lib/python3.X/site-packages, a dist-info with METADATA and a RECORD listing them."""
+    import base64
+    import hashlib
+    import shutil
+
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    rows = []
+    for src in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        rel = src.relative_to(tree).as_posix()
+        dest = site / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(dest.read_bytes()).digest()).rstrip(b"=").decode()
+        rows.append(f"{rel},sha256={digest},{dest.stat().st_size}")
+    dist = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    rows += [f"{dist.name}/METADATA,,", f"{dist.name}/RECORD,,"]
+    (dist / "RECORD").write_text("\n".join(rows) + "\n")
+    return site
+
+
+@pytest.fixture
+def fake_env(tmp_path: Path) -> Callable[..., Path]:
+    """A factory: ``fake_env(tree, name, version, prefix=None)`` -> the site-packages directory."""
+
+    def make(tree: Path, name: str, version: str, prefix: Path | None = None) -> Path:
+        return install_fake(prefix or tmp_path / "env", tree, name, version)
+
+    return make

@@ -224,10 +224,10 @@ def shadowing_packages(installed: Iterable[tuple[str, str | None]], patched: Ite
     for pre in load_prebuilt():
         if _norm(pre.package) in have and _norm(pre.shadows) in patched_norm:
             version = have[_norm(pre.package)]
-            notes.append(
-                f"{pre.package} {version or ''} is installed: {pre.what} The lifted sources take effect only "
-                f"where it has no prebuilt kernel (uninstall it to be sure). ({pre.source})".replace(
-                    "  ", " "
-                )
+            first = pre.what.split(". ")[0].rstrip(".")
+            note = (
+                f"{pre.package} {version or ''} is installed and shadows {pre.shadows}'s JIT ({first}): "
+                "kernels it prebuilt ignore the lifted sources; uninstall it for the lift to take effect"
             )
+            notes.append(note.replace("  ", " "))
     return notes
