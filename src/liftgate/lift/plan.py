@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from liftgate.arch.core import Arch, ArchSet, universe
+from liftgate.arch.core import Arch, ArchSet, cuda_exact_test, universe
 from liftgate.lift import py_edit
 from liftgate.lift.cmake_edit import cmake_edit
 from liftgate.lift.cuda_edit import EditError, lift_directive
@@ -424,7 +424,7 @@ def _edit_for(
         end = starts[span.end] if span.end < len(starts) else len(fw.text)
         lines = fw.text[begin:end].splitlines(keepends=True)
         directive = lift_directive(lines, _CUDA_MARKER, target)
-        how = f"{lines[0].strip()[:60]} … || the exact test for {target.name}"
+        how = f"or'ed with {cuda_exact_test(target)}"
         return Edit((TextEdit(begin, end, "".join(directive.after)),), how, "exact")
     key = (fw.package, fw.path)
     if gate.kind in (GateKind.PY_RUNTIME, GateKind.PY_BUILD):
