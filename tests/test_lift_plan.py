@@ -292,3 +292,23 @@ def test_a_gate_admitting_the_target_is_skipped_and_the_plan_is_deterministic(tm
     assert one.lift_id == two.lift_id and one.diff() == two.diff()
     assert any(s.reason == "already admits sm_120" for s in one.skipped)
     assert one.diff().startswith("--- a/k.cuh\n+++ b/k.cuh\n")
+
+
+def test_a_lower_bound_moves_down_to_the_target_only_across_no_other_capability(tmp_path: Path) -> None:
+    source = (
+        "import torch\n\n\ndef pick():\n    major, _ = torch.cuda.get_device_capability()\n"
+        "    if major >= 10:\n        return 'sm100'\n    elif major == 9:\n        return 'sm90'\n    return 'base'\n"
+    )
+    files = {"pkg/__init__.py": "", "pkg/mod.py": source}
+    plan, _ = lift_one(tmp_path / "a", files, "pkg/mod.py", 6, target="sm_90")
+    assert plan.verified, plan
+    assert (
+        after_text(plan, "pkg/mod.py").splitlines()[5]
+        == f"    if major >= 9:  # liftgate: +sm_90 {plan.lift_id}"
+    )
+    # For 8.0 the bound would also let 8.6, 8.7 and 8.9 in: no literal edit, the exact test instead.
+    plan, _ = lift_one(tmp_path / "b", files, "pkg/mod.py", 6, target="sm_80")
+    assert plan.verified, plan
+    assert "    if major >= 10 or torch.cuda.get_device_capability() == (8, 0):" in after_text(
+        plan, "pkg/mod.py"
+    )

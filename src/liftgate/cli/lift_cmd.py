@@ -127,7 +127,7 @@ def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
     from liftgate.lift.workflow import LiftError, apply_plan, export_series
 
     if args.format == "json":
-        doc = plan.to_dict()
+        doc = plan.to_dict(with_content=True)
         doc["diff"] = plan.diff()
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

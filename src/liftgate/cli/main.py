@@ -12,13 +12,13 @@ import sys
 from collections.abc import Sequence
 
 from liftgate import __version__
-from liftgate.cli import arches_cmd, explain_cmd, lift_cmd, scan_cmd, status_cmd
+from liftgate.cli import arches_cmd, explain_cmd, lift_cmd, scan_cmd, status_cmd, verify_cmd
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 
-COMMANDS = (scan_cmd, explain_cmd, arches_cmd, lift_cmd, status_cmd)
+COMMANDS = (scan_cmd, explain_cmd, arches_cmd, lift_cmd, status_cmd, verify_cmd)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,7 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] | None = None
+    if "verify" in argv and "--" in argv and argv.index("verify") < argv.index("--"):
+        # Everything after "--" is the user's command, options and all.
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    if command is not None:
+        args.command = command
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR

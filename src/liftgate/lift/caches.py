@@ -208,7 +208,8 @@ class CacheMover:
     ) -> list[dict[str, str]]:
         moved = []
         base = relative_to or os.path.dirname(into)
-        for n, (spec, entry) in enumerate(entries):
+        start = len(os.listdir(into)) if os.path.isdir(into) else 0
+        for n, (spec, entry) in enumerate(entries, start):
             dest = os.path.join(into, str(n), os.path.basename(entry))
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.move(entry, dest)

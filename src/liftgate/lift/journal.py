@@ -273,12 +273,14 @@ class Journal:
         backup_dir = os.path.join(directory, "backup")
         os.makedirs(backup_dir)
         files: list[dict[str, Any]] = []
+        lifted_dir = os.path.join(directory, "lifted")
+        os.makedirs(lifted_dir)
         for n, change in enumerate(plan.files):
-            backup = os.path.join(backup_dir, str(n))
-            with open(backup, "wb") as fh:
-                fh.write(change.before)
-                fh.flush()
-                os.fsync(fh.fileno())
+            for where, data in ((backup_dir, change.before), (lifted_dir, change.after)):
+                with open(os.path.join(where, str(n)), "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
             _step(f"backup:{n}")
             try:
                 mode = os.stat(change.fspath).st_mode & 0o7777
@@ -294,10 +296,12 @@ class Journal:
                     "sha256_after": change.sha_after,
                     "mode": mode,
                     "backup": f"backup/{n}",
+                    "lifted": f"lifted/{n}",
                     "gates": list(change.gate_ids),
                 }
             )
         _fsync_dir(backup_dir)
+        _fsync_dir(lifted_dir)
         doc: dict[str, Any] = {
             "manifest_version": MANIFEST_VERSION,
             "lift_id": plan.lift_id,
@@ -433,6 +437,45 @@ class Journal:
         _step("revert-commit")
         return doc
 
+    def reapply(self, lift_id: str, *, caches: Any = None) -> dict[str, Any]:
+        """Apply a reverted lift again from its recorded lifted bytes (how ``verify`` switches state).
+
+        Every file must still be as the lift found it; JIT-cache entries swap back: the stock
+        ones built since go aside again, the lifted ones kept by revert return.
+        """
+        docs = [d for d in self.manifests() if d.get("lift_id") == lift_id and d.get("state") == "reverted"]
+        if not docs:
+            raise LiftError(f"no reverted lift {lift_id!r} in {self.prefix} to apply again")
+        doc = docs[-1]
+        entry = doc.pop("_dir")
+        for f in doc["files"]:
+            if _file_sha(f["fspath"]) != f["sha256_before"]:
+                raise LiftError(f"{f['fspath']} changed since {lift_id} was reverted: lift it anew")
+            if "lifted" not in f:
+                raise LiftError(
+                    f"{lift_id} was recorded by an older liftgate without lifted copies: lift it anew"
+                )
+        doc["state"] = "applying"
+        manifest = os.path.join(entry, "lift.json")
+        _write_json(manifest, doc)
+        for n, f in enumerate(doc["files"]):
+            with open(os.path.join(entry, f["lifted"]), "rb") as fh:
+                data = fh.read()
+            if sha256(data) != f["sha256_after"]:
+                raise LiftError(f"the lifted copy of {f['fspath']} in {entry} is damaged (sha256 mismatch)")
+            _step(f"reapply:{n}")
+            atomic_write(f["fspath"], data, f.get("mode"))
+        _remove_bytecode(f["fspath"] for f in doc["files"])
+        if caches is not None:
+            doc["caches_moved"] = caches.move_aside_for_revert(doc, os.path.join(entry, "caches"))
+            _write_json(manifest, doc)
+        self._caches_back(doc, entry, "lifted_caches_moved")
+        doc["lifted_caches_moved"] = []
+        doc["state"] = "applied"
+        doc["applied"] = _now()
+        _write_json(manifest, doc)
+        return doc
+
     def _restore_files(self, doc: dict[str, Any], entry: str, *, force: bool) -> None:
         for n, f in enumerate(doc.get("files", [])):
             now = _file_sha(f["fspath"])
@@ -454,8 +497,8 @@ class Journal:
                 raise LiftError(f"{f['fspath']} does not match its recorded sha256 after restoring it")
         _remove_bytecode(f["fspath"] for f in doc.get("files", []))
 
-    def _caches_back(self, doc: dict[str, Any], entry: str) -> None:
-        for moved in doc.get("caches_moved", []):
+    def _caches_back(self, doc: dict[str, Any], entry: str, key: str = "caches_moved") -> None:
+        for moved in doc.get(key, []):
             src = os.path.join(entry, moved["moved_to"])
             dest = moved["original"]
             if not os.path.exists(src):

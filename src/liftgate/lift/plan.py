@@ -120,7 +120,15 @@ class PatchPlan:
             out.setdefault(p.package, set()).update(p.jit_modules)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, with_content: bool = False) -> dict[str, Any]:
+        """JSON-ready; ``with_content`` adds each file's new text (``verify --plan`` applies it)."""
+        doc = self._dict()
+        if with_content:
+            for entry, f in zip(doc["files"], self.files, strict=True):
+                entry["after"] = f.after.decode("utf-8")
+        return doc
+
+    def _dict(self) -> dict[str, Any]:
         return {
             "plan_version": PLAN_VERSION,
             "lift_id": self.lift_id,

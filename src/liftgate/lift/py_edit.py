@@ -29,6 +29,7 @@ import io
 import re
 import tokenize
 from collections.abc import Iterator
+from typing import Any
 
 from liftgate.arch.core import Arch
 from liftgate.detect.python import is_guard
@@ -201,19 +202,49 @@ def _widen_compare(cmp: ast.Compare, src: _Text, arch: Arch) -> tuple[list[TextE
             f"== {right_text} became in ({right_text}, {text})",
             granularity,
         )
-    if isinstance(op, ast.Lt) and target == literal:
-        return (
-            [TextEdit(left_end, right_end, f" <= {right_text}")],
-            f"< {right_text} became <= {right_text}",
-            granularity,
-        )
-    if isinstance(op, ast.Gt) and target == literal:
-        return (
-            [TextEdit(left_end, right_end, f" >= {right_text}")],
-            f"> {right_text} became >= {right_text}",
-            granularity,
-        )
+    if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)):
+        return _move_bound(op, literal, target, text, right_text, left_end, right_end, granularity)
     return None
+
+
+_OP_TEXT = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+
+
+def _known_values(sample: int | tuple[int, int] | float) -> list[Any]:
+    from liftgate.arch.core import universe
+
+    return sorted({_target_number(sample, a) for a in universe()})
+
+
+def _move_bound(
+    op: ast.cmpop,
+    bound: Any,
+    target: Any,
+    target_text: str,
+    bound_text: str,
+    left_end: int,
+    right_end: int,
+    granularity: str,
+) -> tuple[list[TextEdit], str, str] | None:
+    """Move a comparison's bound to the target, only when no other known capability lies between
+    (``major >= 10`` becomes ``major >= 9`` for 9.0; ``sm < 120`` becomes ``sm <= 120``)."""
+    known = _known_values(bound)
+    old = _OP_TEXT[type(op)]
+    if isinstance(op, (ast.Lt, ast.LtE)):
+        if target < bound or (isinstance(op, ast.LtE) and target == bound):
+            return None
+        strict = isinstance(op, ast.LtE)
+        newly = [v for v in known if (bound < v if strict else bound <= v) and v < target]
+        new = f"<= {target_text if target != bound else bound_text}"
+    else:
+        if target > bound or (isinstance(op, ast.GtE) and target == bound):
+            return None
+        strict = isinstance(op, ast.GtE)
+        newly = [v for v in known if v > target and (v < bound if strict else v <= bound)]
+        new = f">= {target_text if target != bound else bound_text}"
+    if newly:
+        return None
+    return [TextEdit(left_end, right_end, f" {new}")], f"{old} {bound_text} became {new}", granularity
 
 
 def _compares(node: ast.expr) -> Iterator[ast.Compare]:
