@@ -312,3 +312,21 @@ def test_a_lower_bound_moves_down_to_the_target_only_across_no_other_capability(
     assert "    if major >= 10 or torch.cuda.get_device_capability() == (8, 0):" in after_text(
         plan, "pkg/mod.py"
     )
+
+
+def test_a_sorted_major_list_stays_sorted(tmp_path: Path) -> None:
+    source = (
+        "from .core import current_compilation_context, gen_jit_spec\n\n\n"
+        "def gen_module():\n"
+        "    flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[10, 11, 12])\n"
+        "    return gen_jit_spec('m', ['m.cu'], extra_cuda_cflags=flags)\n"
+    )
+    plan, _ = lift_one(
+        tmp_path,
+        {"pkg/__init__.py": "", "pkg/core.py": "", "pkg/jit.py": source},
+        "pkg/jit.py",
+        5,
+        target="sm_90",
+    )
+    assert plan.verified
+    assert "supported_major_versions=[9, 10, 11, 12])  # liftgate: +sm_90" in after_text(plan, "pkg/jit.py")

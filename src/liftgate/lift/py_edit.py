@@ -418,11 +418,16 @@ def list_edit(text: str, start: int, end: int, arch: Arch, tree: ast.Module | No
                 new = str(arch.major) if sample <= 20 else str(arch.number)
                 if int(new) in ints:
                     raise NoSafeEdit(f"{src.segment(value)} already lists {new}")
-                _a, last = src.span(items[-1])
                 how = f"added {new} to {src.segment(value)}"
-                return Edit(
-                    (TextEdit(last, last, f", {new}"),), how, "major" if sample <= 20 else "capability"
-                )
+                granularity = "major" if sample <= 20 else "capability"
+                values = [i for i in ints if i is not None]
+                if values == sorted(values) and int(new) < values[-1]:
+                    # Keep a sorted list sorted: insert before the first larger element.
+                    before = next(e for e, i in zip(items, values, strict=True) if i > int(new))
+                    at, _b = src.span(before)
+                    return Edit((TextEdit(at, at, f"{new}, "),), how, granularity)
+                _a, last = src.span(items[-1])
+                return Edit((TextEdit(last, last, f", {new}"),), how, granularity)
             strs = [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)]
             if len(strs) == len(items):
                 spelled = _string_item(strs[0], arch)
