@@ -326,3 +326,14 @@ def test_cli_refuses_a_blocked_gate_unless_forced(env, capsys) -> None:  # type:
     out = capsys.readouterr().out
     assert "judged blocked for sm_120a" in out and "--force lifts it anyway" in out
     assert main(["lift", blocked[0], "-t", "sm_120a", "--env", str(prefix), "--dry-run", "--force"]) == 0
+
+
+def test_the_same_files_in_another_package_are_not_taken_from_the_cache(env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from liftgate.scanner import scan
+
+    prefix, _site = env
+    cache = str(tmp_path / "cache")
+    installed = scan([], ["sm_120"], env=str(prefix), cache_dir=cache)
+    tree = scan([str(FIXTURE)], ["sm_120"], cache_dir=cache)
+    assert {g.location.version for g in installed.gates if g.location.package == "minijudge"} == {"0.1"}
+    assert {g.location.version for g in tree.gates} == {None}

@@ -623,7 +623,11 @@ def _scan_package(
     if todo:
         scan_cache.store_stats(key, {p: (stats[p].size, stats[p].mtime_ns, tag) for p, tag in tags.items()})
 
-    digest = hashlib.sha256(f"{_code_fingerprint()}\x1f{cuda_version}".encode())
+    # Gates carry their package's name and version (and ids hash the name): the same files in
+    # another package or release are another result.
+    digest = hashlib.sha256(
+        f"{_code_fingerprint()}\x1f{cuda_version}\x1f{pkg.name}\x1f{pkg.version}".encode()
+    )
     for path in sorted(tags):
         digest.update(f"{path}\x1f{tags[path]}\x1e".encode())
     result_key = digest.hexdigest()[:32]
