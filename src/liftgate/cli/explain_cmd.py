@@ -114,13 +114,17 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"gate id {wanted!r} is ambiguous ({ids}): give more characters")
     gate = matches[0]
     package_files = files.get((gate.location.package, gate.location.version), {})
-    checks = []
+    checks: list[Any] = []
     if args.compile_check:
         from liftgate.judge.compile_check import compile_check
 
-        checks = [
-            compile_check(gate, t.arch, package_files, include_dirs=args.include_dir) for t in report.targets
-        ]
+        index = report.verdict_index()
+        for t in report.targets:
+            verdict = index.get((gate.id, t.arch))
+            expect = [u.feature for u in verdict.uses] if verdict else []
+            checks.append(
+                compile_check(gate, t.arch, package_files, include_dirs=args.include_dir, expect=expect)
+            )
     doc = explanation(report, gate, package_files, checks)
     if args.format == "json":
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

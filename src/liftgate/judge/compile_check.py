@@ -63,6 +63,7 @@ _ERROR_LINE = re.compile(r"error|Error|fatal")
 class CheckStatus(str, enum.Enum):
     COMPILES = "compiles"  # every unit compiled and assembled for the target
     FAILS = "fails"  # the compiler or the assembler refused it: see diagnostics
+    NOT_EMITTED = "not-emitted"  # it builds, but the PTX holds none of the region's features: not covered
     NOT_CHECKED = "not-checked"  # no toolchain, nothing to compile, or an include from outside
 
 
@@ -74,6 +75,7 @@ class CompileCheck:
     translation_unit: str = ""
     diagnostics: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    emitted: tuple[str, ...] = ()  # catalog features found in the PTX
 
 
 def find_nvcc() -> str | None:
@@ -189,10 +191,13 @@ def compile_check(
     include_dirs: Sequence[str] = (),
     nvcc: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    expect: Sequence[str] = (),
 ) -> CompileCheck:
     """Compile the gate's translation unit(s) for ``arch`` with the gate lifted.
 
     ``files`` maps the package's paths to files on disk (as `liftgate.scan` reports them).
+    ``expect`` names the catalog features the judge found in the region: a unit that builds
+    but whose PTX holds none of them is ``not-emitted`` (the answer does not cover the region).
     """
     if gate.kind not in (GateKind.CUDA_PP, GateKind.PY_BUILD, GateKind.CMAKE):
         return CompileCheck(
@@ -253,6 +258,14 @@ def compile_check(
                     outcome.command, stock.translation_unit, stock.diagnostics, tuple(notes),
                 )  # fmt: skip
             notes.append("the same unit builds for the target without the lift")
+        if outcome.status is CheckStatus.COMPILES and expect and not set(expect) & set(outcome.emitted):
+            return CompileCheck(
+                CheckStatus.NOT_EMITTED,
+                f"it builds for {arch.name}, but the PTX holds none of {', '.join(dict.fromkeys(expect))} "
+                "that the region uses: this unit does not instantiate that code, so the assembler's "
+                "answer does not cover it",
+                outcome.command, outcome.translation_unit, (), (*notes, *outcome.notes),
+            )  # fmt: skip
         return CompileCheck(
             outcome.status, outcome.reason, outcome.command, outcome.translation_unit,
             outcome.diagnostics, (*notes, *outcome.notes),
@@ -333,7 +346,7 @@ def _build(
             )  # fmt: skip
     return CompileCheck(
         CheckStatus.COMPILES, f"{len(units)} translation unit(s) compiled and assembled for {real}",
-        "; ".join(commands), ", ".join(units), (), (_emitted_note(emitted),),
+        "; ".join(commands), ", ".join(units), (), (_emitted_note(emitted),), tuple(emitted),
     )  # fmt: skip
 
 
