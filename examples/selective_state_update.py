@@ -67,22 +67,24 @@ def main() -> int:
     dev = torch.device("cuda")
     batch, nheads, dim, dstate, ngroups = 256, 128, 64, 128, 8
     bf = torch.bfloat16
-    state = (torch.randn(batch, nheads, dim, dstate, device=dev) * 0.5).to(bf)
-    x = torch.randn(batch, nheads, dim, device=dev).to(bf)
-    dt = torch.randn(batch, nheads, device=dev).to(bf)[:, :, None].expand(-1, -1, dim)
+    # Magnitudes of a trained layer's decode step (values of order 1), so bf16 rounding stays small.
+    state = (torch.randn(batch, nheads, dim, dstate, device=dev) * 0.1).to(bf)
+    x = (torch.randn(batch, nheads, dim, device=dev) * 0.5).to(bf)
+    dt = (torch.randn(batch, nheads, device=dev) * 0.5).to(bf)[:, :, None].expand(-1, -1, dim)
     A = (-torch.rand(nheads, device=dev) - 0.5)[:, None, None].expand(-1, dim, dstate)
-    B = torch.randn(batch, ngroups, dstate, device=dev).to(bf)
-    C = torch.randn(batch, ngroups, dstate, device=dev).to(bf)
+    B = (torch.randn(batch, ngroups, dstate, device=dev) * 0.5).to(bf)
+    C = (torch.randn(batch, ngroups, dstate, device=dev) * 0.5).to(bf)
     D = torch.randn(nheads, device=dev).to(bf)[:, None].expand(-1, dim)
     z = torch.randn(batch, nheads, dim, device=dev).to(bf)
-    dt_bias = torch.randn(nheads, device=dev).to(bf)[:, None].expand(-1, dim)
+    dt_bias = (torch.randn(nheads, device=dev) * 0.5).to(bf)[:, None].expand(-1, dim)
 
     ref_out, ref_state = reference(state, x, dt, A, B, C, D, z, dt_bias)
     work = state.clone()
     out = selective_state_update(work, x, dt, A, B, C, D, z=z, dt_bias=dt_bias, dt_softplus=True)
     torch.cuda.synchronize()
-    out_err = (out.double() - ref_out).abs().max().item()
-    state_err = (work.double() - ref_state).abs().max().item()
+    # Errors relative to the largest reference value: bf16 keeps about 3 significant digits.
+    out_err = ((out.double() - ref_out).abs().max() / ref_out.abs().max()).item()
+    state_err = ((work.double() - ref_state).abs().max() / ref_state.abs().max()).item()
     np.save(os.environ.get("OUT_NPY", "ssu_out.npy"), out.float().cpu().numpy())
 
     # Time the op alone: each call on a fresh copy of the state is not needed for timing
@@ -114,15 +116,14 @@ def main() -> int:
                 "time_us": round(time_us, 3),
                 "calls_per_s": round(1e6 / time_us, 1),
                 "state_gb_per_s": round(state_bytes / time_us / 1e3, 1),
-                "max_abs_err_out": out_err,
-                "max_abs_err_state": state_err,
+                "rel_err_out": out_err,
+                "rel_err_state": state_err,
                 "module": module,
                 "device": torch.cuda.get_device_name(),
             }
         )
     )
-    # bf16 inputs and state: errors of a few bf16 ulps of the values (|x| up to ~5) are expected.
-    ok = out_err < 0.25 and state_err < 0.1
+    ok = out_err < 1e-2 and state_err < 1e-2
     return 0 if ok else 1
 
 

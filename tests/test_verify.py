@@ -26,6 +26,11 @@ from liftgate.verify.telemetry import Sampler
 FIXTURE = Path(__file__).parent / "fixtures" / "judge" / "minijudge"
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the benchmarks write their outputs to the working directory
+
+
 @pytest.fixture
 def lifted_env(fake_env, tmp_path: Path):  # type: ignore[no-untyped-def]
     site = fake_env(FIXTURE, "minijudge", "0.1")

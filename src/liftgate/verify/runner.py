@@ -297,7 +297,7 @@ def verify(
             if target == "stock" and run.failure:
                 raise VerifyError(
                     f"the command fails in the stock state too ({run.failure}; log: {run.log}): "
-                    "fix the check before judging the lift"
+                    f"fix the check before judging the lift; its output ends:\n{_tail(run.log)}"
                 )
     first = runs[0].telemetry.get("note") if runs else None
     if first:
@@ -330,6 +330,15 @@ def verify(
     table, primary = summarize(runs, opts.threshold)
     verdict, reasons = decide(runs, comparisons, table, primary, opts.threshold)
     return Outcome(verdict, reasons, runs, primary, table, comparisons, notes, final_state=state)
+
+
+def _tail(path: str, lines: int = 8) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return "  (no log)"
+    return "\n".join("  " + line for line in text.rstrip().splitlines()[-lines:])
 
 
 def plot(outcome: Outcome, path: str) -> str | None:
