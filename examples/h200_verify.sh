@@ -31,17 +31,9 @@ lg verify "$lift_id" --env /tmp/fenv --runs 5 --warmup 1 --compare-output ssu_ou
 code=$?
 set -e
 echo "verify exit code: $code" | tee "$OUT/verify_exit.txt"
-python3 - "$OUT/verify.json" > "$OUT/verify.md" <<'EOF'
-import json, sys
-from liftgate.verify.report import render_markdown
-from liftgate.verify.runner import Outcome, Run
-from liftgate.verify.compare import Comparison
-doc = json.load(open(sys.argv[1]))
-runs = [Run(**{k: r[k] for k in ("state", "index", "warmup", "returncode", "wall_s", "metrics", "telemetry", "log")}, failure=r["failure"]) for r in doc["runs"]]
-o = Outcome(doc["verdict"], doc["reasons"], runs, doc["primary_metric"], doc["summary"],
-            [Comparison(c["path"], c["equal"], c["detail"]) for c in doc["comparisons"]], doc["notes"], doc["final_state"])
-print(render_markdown(o, verbose=False))
-EOF
+python3 -c 'import json, sys
+from liftgate.verify.report import outcome_from_json, render_markdown
+print(render_markdown(outcome_from_json(json.load(open(sys.argv[1])))))' "$OUT/verify.json" > "$OUT/verify.md"
 cat "$OUT/verify.md"
 lg status --env /tmp/fenv --all | tee "$OUT/status.txt"
 for f in /tmp/lgverify/*/output.log; do tail -5 "$f" | sed "s|^|$(basename "$(dirname "$f")"): |"; done > "$OUT/run_logs.txt" 2>/dev/null || true

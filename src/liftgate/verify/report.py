@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from liftgate.verify.runner import Outcome
+from liftgate.verify.compare import Comparison
+from liftgate.verify.runner import Outcome, Run
 
 SCHEMA_VERSION = 1
 _HEADLINE = (
@@ -93,3 +94,14 @@ def render_markdown(outcome: Outcome, verbose: bool = False) -> str:
     out += [f"- note: {n}" for n in outcome.notes]
     out.append(f"- environment left **{outcome.final_state}**")
     return "\n".join(out) + "\n"
+
+
+def outcome_from_json(doc: dict[str, Any]) -> Outcome:
+    """An `Outcome` back from ``render_json``'s document (to render another format or a chart later)."""
+    keys = ("state", "index", "warmup", "returncode", "wall_s", "metrics", "telemetry", "log")
+    runs = [Run(**{k: r[k] for k in keys}, failure=r.get("failure")) for r in doc["runs"]]
+    comparisons = [Comparison(c["path"], c["equal"], c["detail"]) for c in doc.get("comparisons", [])]
+    return Outcome(
+        doc["verdict"], list(doc["reasons"]), runs, doc["primary_metric"], doc["summary"], comparisons,
+        list(doc.get("notes", [])), doc.get("final_state", "lifted"),
+    )  # fmt: skip

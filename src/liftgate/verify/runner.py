@@ -370,6 +370,7 @@ def plot(outcome: Outcome, path: str) -> str | None:
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, "o-", color=colour, label=state)
+        ax.set_xticks(range(1, max((r.index for r in measured), default=0) + 2))
         ax.set_xlabel("run")
         ax.set_title(label)
         ax.legend()
