@@ -337,3 +337,63 @@ def test_the_same_files_in_another_package_are_not_taken_from_the_cache(env, tmp
     tree = scan([str(FIXTURE)], ["sm_120"], cache_dir=cache)
     assert {g.location.version for g in installed.gates if g.location.package == "minijudge"} == {"0.1"}
     assert {g.location.version for g in tree.gates} == {None}
+
+
+def test_apply_patches_refuses_a_changed_gate_and_lifts_the_rest(
+    env, fake_env, tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    prefix, _site = env
+    series = tmp_path / "series"
+    assert (
+        main(
+            [
+                "lift",
+                "--all-liftable",
+                "-t",
+                "sm_120",
+                "--env",
+                str(prefix),
+                "--dry-run",
+                "--export",
+                str(series),
+            ]
+        )
+        == 0
+    )
+    meta = json.loads((series / "liftgate-series.json").read_text())
+    # Another release: the first PDL gate's condition changed, the rest moved down two lines.
+    tree = tmp_path / "next"
+    import shutil
+
+    shutil.copytree(FIXTURE, tree)
+    pdl = tree / "include" / "minijudge" / "pdl.cuh"
+    text = pdl.read_text().replace(
+        "(__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1200)",
+        "(__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1000)",
+        1,
+    )
+    pdl.write_text("// 0.2\n\n" + text)
+    site2 = fake_env(tree, "minijudge", "0.2", prefix=tmp_path / "env2")
+    capsys.readouterr()
+    code = main(["apply-patches", str(series), "--env", str(tmp_path / "env2"), "--yes"])
+    err = capsys.readouterr().err
+    assert code == 1  # applied, with a gate refused
+    (refused_line,) = [line for line in err.splitlines() if line.startswith("liftgate: refused")]
+    assert "not in minijudge 0.2" in refused_line and "include/minijudge/pdl.cuh" in refused_line
+    (active,) = Journal(str(tmp_path / "env2")).active()
+    assert len(active["gates"]) == len(meta["gates"]) - 1
+    assert (
+        "liftgate: +sm_120" in (site2 / "include" / "minijudge" / "pdl.cuh").read_text()
+    )  # the other PDL gate, at its new line
+
+
+def test_installed_prebuilt_kernels_that_shadow_the_jit_are_named() -> None:
+    from liftgate.lift.caches import shadowing_packages
+
+    notes = shadowing_packages(
+        [("flashinfer-jit-cache", "0.6.2"), ("sglang", "0.5.23")], ["flashinfer-python"]
+    )
+    assert len(notes) == 1 and notes[0].startswith(
+        "flashinfer-jit-cache 0.6.2 is installed and shadows flashinfer-python's JIT"
+    )
+    assert shadowing_packages([("flashinfer-jit-cache", "0.6.2")], ["sglang"]) == []

@@ -304,3 +304,25 @@ def test_telemetry_without_a_gpu_is_a_note() -> None:
         pass
     assert not sampler.available and "no GPU telemetry" in (sampler.note or "")
     assert sampler.summary()["gpus"] == []
+
+
+def test_verify_a_plan_file_applies_it_first(fake_env, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    site = fake_env(FIXTURE, "minijudge", "0.1")
+    prefix = tmp_path / "env"
+    assert (
+        main(
+            ["lift", "--all-liftable", "-t", "sm_120", "--env", str(prefix), "--dry-run", "--format", "json"]
+        )
+        == 0
+    )
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(capsys.readouterr().out)
+    script = bench(tmp_path, site, 'print(json.dumps({"output_throughput": 100.0}))\n')
+    out = tmp_path / "r.json"
+    code = main(["verify", "--plan", str(plan_file), "--env", str(prefix), "--runs", "2", "--warmup", "0",
+                 "--workdir", str(tmp_path / "w"), "--format", "json", "-o", str(out), "--", sys.executable, str(script)])  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert code == 0 and doc["verdict"] == "pass" and "within noise" in doc["reasons"][0]
+    assert doc["final_state"] == "lifted"
+    (lift,) = Journal(str(prefix)).active()
+    assert lift["lift_id"] == json.loads(plan_file.read_text())["lift_id"]
