@@ -29,26 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from liftgate.arch.core import Arch
-from liftgate.detect.cuda import IncludeIndex
+from liftgate.detect.cuda import CUDA_EXTENSIONS, IncludeIndex
 from liftgate.lift.cuda_edit import EditError, lift_directive
 from liftgate.model import Gate, GateKind, Status
 
-C_FAMILY = (
-    ".h",
-    ".hh",
-    ".hpp",
-    ".hxx",
-    ".cuh",
-    ".cu",
-    ".cc",
-    ".cpp",
-    ".cxx",
-    ".c",
-    ".inl",
-    ".inc",
-    ".ipp",
-    ".def",
-)
+C_FAMILY = tuple(sorted(CUDA_EXTENSIONS | {".ipp", ".def"}))  # what a unit may include
 MAX_UNITS = 4  # translation units compiled for one build filter
 MAX_DIAGNOSTICS = 12
 DEFAULT_TIMEOUT_S = 600.0

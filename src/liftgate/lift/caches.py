@@ -24,24 +24,11 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from liftgate.detect.cuda import CUDA_EXTENSIONS
 from liftgate.lift.plan import PatchPlan
 
 _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
-_C_SUFFIXES = (
-    ".cu",
-    ".cuh",
-    ".h",
-    ".hh",
-    ".hpp",
-    ".hxx",
-    ".cc",
-    ".cpp",
-    ".cxx",
-    ".c",
-    ".inl",
-    ".inc",
-    ".ipp",
-)
+_C_SUFFIXES = tuple(sorted(CUDA_EXTENSIONS))
 
 
 @dataclass(frozen=True, slots=True)
