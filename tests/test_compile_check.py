@@ -179,3 +179,31 @@ def test_explain_compile_check_json_agrees_with_the_verdict(
     assert plain["compile_check"]["status"] == "fails"
     assert arch_specific["status"] == "admitted"
     assert arch_specific["compile_check"]["status"] == "compiles"
+
+
+def test_a_driver_unit_instantiates_header_only_code(tmp_path: Path) -> None:
+    """Header-only code no unit of the package calls: a driver given with ``unit=`` is compiled."""
+    root = tmp_path / "hdr"
+    (root / "include" / "hdr").mkdir(parents=True)
+    (root / "include" / "hdr" / "ops.cuh").write_text(
+        "#pragma once\n"
+        "inline __device__ void mul2(float2& c, float2 const& a, float2 const& b) {\n"
+        "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000\n"
+        '  asm volatile("mul.f32x2 %0, %1, %2;" : "=l"(reinterpret_cast<unsigned long long&>(c))\n'
+        '               : "l"(reinterpret_cast<unsigned long long const&>(a)), "l"(reinterpret_cast<unsigned long long const&>(b)));\n'
+        "#else\n  c.x = a.x * b.x; c.y = a.y * b.y;\n#endif\n}\n"
+    )
+    driver = tmp_path / "driver.cu"
+    driver.write_text("#include <hdr/ops.cuh>\n__global__ void k(float2* o) { mul2(o[0], o[1], o[2]); }\n")
+    out: dict[tuple[str | None, str | None], dict[str, str]] = {}
+    report = scan([str(root)], ["sm_90"], use_cache=False, files_out=out)  # type: ignore[arg-type]
+    (files,) = out.values()
+    (gate,) = report.gates
+    alone = compile_check(gate, parse_target("sm_90"), files, expect=["f32x2"])
+    assert alone.status is CheckStatus.NOT_EMITTED  # the header on its own instantiates nothing
+    result = compile_check(gate, parse_target("sm_90"), files, expect=["f32x2"], unit=str(driver))
+    assert result.status is CheckStatus.FAILS
+    assert any("mul.f32x2" in d and "requires .target sm_100" in d for d in result.diagnostics), result
+    assert (
+        compile_check(gate, parse_target("sm_100a"), files, unit=str(driver)).status is CheckStatus.COMPILES
+    )

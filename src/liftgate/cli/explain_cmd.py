@@ -47,6 +47,11 @@ def configure_parser(subparsers: Any) -> None:
         help="also compile the gated translation unit with the gate lifted, with nvcc, for each target",
     )
     p.add_argument(
+        "--unit",
+        metavar="FILE",
+        help="for --compile-check: compile this translation unit (a driver that calls the gated code) instead",
+    )
+    p.add_argument(
         "--include-dir",
         action="append",
         default=[],
@@ -123,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
             verdict = index.get((gate.id, t.arch))
             expect = [u.feature for u in verdict.uses] if verdict else []
             checks.append(
-                compile_check(gate, t.arch, package_files, include_dirs=args.include_dir, expect=expect)
+                compile_check(
+                    gate, t.arch, package_files, include_dirs=args.include_dir, expect=expect, unit=args.unit
+                )
             )
     doc = explanation(report, gate, package_files, checks)
     if args.format == "json":

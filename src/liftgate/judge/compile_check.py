@@ -177,12 +177,16 @@ def compile_check(
     nvcc: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     expect: Sequence[str] = (),
+    unit: str | None = None,
 ) -> CompileCheck:
     """Compile the gate's translation unit(s) for ``arch`` with the gate lifted.
 
     ``files`` maps the package's paths to files on disk (as `liftgate.scan` reports them).
     ``expect`` names the catalog features the judge found in the region: a unit that builds
     but whose PTX holds none of them is ``not-emitted`` (the answer does not cover the region).
+    ``unit`` is a translation unit of the user's (a small driver that calls the gated code, for
+    header-only code no unit of the package instantiates); it is compiled instead, with the
+    package's headers.
     """
     if gate.kind not in (GateKind.CUDA_PP, GateKind.PY_BUILD, GateKind.CMAKE):
         return CompileCheck(
@@ -197,8 +201,17 @@ def compile_check(
     ptxas = os.path.join(os.path.dirname(nvcc), "ptxas")
     if not os.access(ptxas, os.X_OK):
         ptxas = shutil.which("ptxas") or ptxas
+    if unit is not None:
+        if not os.path.isfile(unit):
+            return CompileCheck(CheckStatus.NOT_CHECKED, f"no such file: {unit}")
+        driver = f"liftgate-driver/{os.path.basename(unit)}"
+        files = {**files, driver: os.path.abspath(unit)}
     index = IncludeIndex(files)
-    units, how = _units_for(gate, files, index)
+    how: str | None
+    if unit is not None:
+        units, how = [driver], f"compiled the given unit {unit} with the package's headers"
+    else:
+        units, how = _units_for(gate, files, index)
     if not units:
         return CompileCheck(
             CheckStatus.NOT_CHECKED, "the build filter names no C++/CUDA source of the package"
@@ -283,7 +296,7 @@ def _build(
         ptx = os.path.join(tmp, "unit.ptx")
         cmd = [
             nvcc, "--ptx", f"-arch={virtual}", "-std=c++17", "--expt-relaxed-constexpr",
-            "--expt-extended-lambda", "-w", *(f"-I{d}" for d in incs), unit_fs, "-o", ptx,
+            "--expt-extended-lambda", "-w", *(f"-I{d}" for d in incs), "-x", "cu", unit_fs, "-o", ptx,
         ]  # fmt: skip
         commands.append(
             shlex.join([os.path.basename(nvcc), "--ptx", f"-arch={virtual}", unit])
