@@ -834,13 +834,16 @@ def _scan_python_and_cmake(
     """py-runtime, py-build and cmake gates of every package together.
 
     Python is analysed across packages at once, so a predicate defined in one package and used in
-    another resolves exactly. The result is cached under a key made of every file's stat.
+    another resolves exactly. The result is cached under a key made of every file's content
+    digest (each digest cached by the file's stat), so the same releases installed elsewhere, or
+    the files a lift's plan re-detected, are found again.
     """
     if not files:
         return [], []
+    contents = _content_digests(files, scan_cache)
     digest = hashlib.sha256(f"python+cmake\x1f{_code_fingerprint()}\x1f{max_file_size}".encode())
     for f in sorted(files, key=lambda f: (f.package, f.path)):
-        digest.update(f"{f.package}\x1f{f.version}\x1f{f.path}\x1f{f.size}\x1f{f.mtime_ns}\x1e".encode())
+        digest.update(f"{f.package}\x1f{f.version}\x1f{f.path}\x1f{contents[f.fspath]}\x1e".encode())
     key = "py-" + digest.hexdigest()[:32]
     cached = scan_cache.load_result(key)
     if cached is not None:
@@ -876,6 +879,35 @@ def _scan_python_and_cmake(
     gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
     scan_cache.store_result(key, gates, skips)
     return gates, skips
+
+
+def _content_digests(files: list[SourceFile], scan_cache: ScanCache) -> dict[str, str]:
+    """fspath -> a digest of the file's bytes, read only for files whose stat the cache has not seen."""
+    groups: dict[tuple[str, str | None, str], list[SourceFile]] = {}
+    for f in files:
+        root = f.fspath[: len(f.fspath) - len(f.path)] if f.fspath.endswith(f.path) else ""
+        groups.setdefault((f.package, f.version, root), []).append(f)
+    out: dict[str, str] = {}
+    for (package, version, root), members in groups.items():
+        key = "py-" + hashlib.sha256(f"{package}\x1f{version}\x1f{root}".encode()).hexdigest()[:24]
+        stats = scan_cache.load_stats(key) if root else {}
+        changed = False
+        for f in members:
+            hit = stats.get(f.path)
+            if hit is not None and hit[0] == f.size and hit[1] == f.mtime_ns:
+                out[f.fspath] = hit[2]
+                continue
+            try:
+                with open(f.fspath, "rb") as fh:
+                    value = hashlib.blake2b(fh.read(), digest_size=16).hexdigest()
+            except OSError as exc:
+                value = f"unreadable:{exc.errno}"
+            out[f.fspath] = value
+            stats[f.path] = (f.size, f.mtime_ns, value)
+            changed = True
+        if changed and root:
+            scan_cache.store_stats(key, stats)
+    return out
 
 
 def _analyze_python(python_files: list[SourceFile], max_file_size: int, skips: list[Skip]) -> list[Gate]:
