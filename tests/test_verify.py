@@ -326,3 +326,25 @@ def test_verify_a_plan_file_applies_it_first(fake_env, tmp_path: Path, capsys) -
     assert doc["final_state"] == "lifted"
     (lift,) = Journal(str(prefix)).active()
     assert lift["lift_id"] == json.loads(plan_file.read_text())["lift_id"]
+
+
+def test_every_report_format_renders_the_same_outcome(lifted_env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from liftgate.verify.report import outcome_from_json, render_json, render_markdown, render_text
+
+    prefix, site, plan = lifted_env
+    script = bench(tmp_path, site, 'print(json.dumps({"output_throughput": 60.0 if lifted else 100.0}))\n')
+    _code, doc = run_verify(prefix, plan, tmp_path, script)
+    outcome = outcome_from_json(doc)
+    text = render_text(outcome)
+    assert "output_throughput *" in text and "100 [100–100]" in text and "verdict: REGRESSION" in text
+    md = render_markdown(outcome)
+    assert (
+        md.startswith("**liftgate verify: regression**")
+        and "| output_throughput * | 100 [100–100] | 60 [60–60] | 0.6 |" in md
+    )
+    again = json.loads(render_json(outcome))
+    assert (
+        again["schema_version"] == 1
+        and again["verdict"] == doc["verdict"]
+        and again["summary"] == doc["summary"]
+    )
