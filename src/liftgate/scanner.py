@@ -52,6 +52,7 @@ from liftgate.model import (
     Target,
     Truth,
     Verdict,
+    gate_id,
 )
 from liftgate.sources.interface import NullObserver, Observer, Package, SourceFile
 
@@ -501,6 +502,10 @@ def scan(
         all_gates.extend(gates)
         all_skips.extend(py_skips)
         all_gates = _link_build_flags(all_gates, build_files)
+        binary_gates, binary_skips, binary_files = _scan_binaries(packages)
+        all_gates.extend(binary_gates)
+        all_skips.extend(binary_skips)
+        files_scanned += binary_files
     finally:
         pool.close()
         _reset_worker()  # the in-process analysers hold whole packages' lexed headers
@@ -879,6 +884,69 @@ def _scan_python_and_cmake(
     gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
     scan_cache.store_result(key, gates, skips)
     return gates, skips
+
+
+def _scan_binaries(packages: Sequence[Package]) -> tuple[list[Gate], list[Skip], int]:
+    """``binary`` gates: each shared object, cubin or fatbin with CUDA kernels, and the archs they run on.
+
+    Only ELF section tables and fatbin entry headers are read (`liftgate.detect.binary`), so this
+    needs no cache: a 2 GB library costs kilobytes of I/O.
+    """
+    from liftgate.detect.binary import (
+        FatbinError,
+        admitted_archs,
+        is_binary_candidate,
+        read_kernel_images,
+        summarize,
+    )
+
+    gates: list[Gate] = []
+    skips: list[Skip] = []
+    seen = 0
+    for pkg in packages:
+        for f in pkg.files:
+            if not is_binary_candidate(f.path):
+                continue
+            seen += 1
+            try:
+                images = read_kernel_images(f.fspath)
+            except FatbinError as exc:
+                skips.append(Skip(f.path, f"binary not read: {exc}", pkg.name))
+                continue
+            except OSError as exc:
+                skips.append(Skip(f.path, f"cannot read: {exc.strerror or exc}", pkg.name))
+                continue
+            if not images:
+                continue
+            native, jit = admitted_archs(images)
+            evidence = [Evidence(f"contains {summarize(images)}", f.path, None)]
+            if jit:
+                evidence.append(
+                    Evidence(
+                        f"runs through the driver's PTX JIT on {jit.render()}: compiled at first start, "
+                        "and #if __CUDA_ARCH__ inside saw the PTX's arch, not the GPU's"
+                    )
+                )
+            compressed = sum(1 for i in images if i.compressed)
+            if compressed:
+                evidence.append(Evidence(f"{compressed} of {len(images)} entries compressed"))
+            gates.append(
+                Gate(
+                    id=gate_id(GateKind.BINARY, pkg.name, f.path, "kernel images", (), 0),
+                    kind=GateKind.BINARY,
+                    location=Location(pkg.name, pkg.version, f.path, Span(1, 1)),
+                    condition=summarize(images),
+                    admitted=native | jit,
+                    unknown=ArchSet.none(),
+                    host=None,
+                    then_span=None,
+                    else_span=None,
+                    else_kind=ElseKind.ERROR,
+                    evidence=tuple(evidence),
+                    directive="fatbin",
+                )
+            )
+    return gates, skips, seen
 
 
 def _content_digests(files: list[SourceFile], scan_cache: ScanCache) -> dict[str, str]:

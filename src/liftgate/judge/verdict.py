@@ -190,7 +190,12 @@ def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
         return _decide(gate, target, facts, catalog, scope, silent_hazard=False)
     if gate.kind is GateKind.PY_RUNTIME:
         return _judge_python(gate, target, ctx, catalog)
-    return _not_analysed(gate, target, "a binary: what its kernels need is not analysed")
+    return _not_analysed(
+        gate,
+        target,
+        f"shipped binary code with no kernel {target.name} can run: it must be rebuilt from source with the "
+        "target in its arch list (TORCH_CUDA_ARCH_LIST, CMAKE_CUDA_ARCHITECTURES …); what its kernels need is not analysed",
+    )
 
 
 _PREDICATE = re.compile(r"_*(?:is|has|use|uses|supports?|can|check|get)_\w*(?:sm|arch|supported|capab)\w*")

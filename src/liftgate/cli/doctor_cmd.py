@@ -1,0 +1,81 @@
+"""``liftgate doctor [--target ARCH] [--env PATH]``: GPUs, driver, toolkit, torch, build variables,
+JIT caches and the kernel coverage of installed packages, each line with a verdict and a hint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+_MARK = {"ok": "✓", "warn": "!", "fail": "✗", "info": "·"}
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "info": "dim"}
+
+
+def configure_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "doctor",
+        help="the local picture: GPUs, driver, nvcc, torch, build variables, JIT caches, kernel coverage",
+        description=(
+            "One screen about this machine and environment: GPUs and capabilities (NVML), the driver and "
+            "the CUDA version it supports, nvcc/ptxas and the targets they build, torch's arch list, the "
+            "variables that steer builds and caches, JIT caches and their sizes, and the installed "
+            "packages that ship CUDA kernels with their coverage for the target."
+        ),
+        epilog="Exit codes: 0 nothing failed, 1 a check failed (e.g. no kernel image for the target), 2 usage error.",
+    )
+    p.add_argument(
+        "-t", "--target", metavar="ARCH", help="the architecture to check for (default: the local GPUs)"
+    )
+    p.add_argument("--env", metavar="PATH", help="another environment (a virtualenv or prefix)")
+    p.add_argument("-f", "--format", choices=("text", "json"), default="text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from liftgate.arch.parse import UnknownArchError, parse_target
+    from liftgate.doctor import FAIL, diagnose
+    from liftgate.sources.interface import SourceError
+
+    try:
+        target = parse_target(args.target) if args.target else None
+    except UnknownArchError as exc:
+        sys.stderr.write(f"liftgate: error: {exc}\n")
+        return 2
+    try:
+        checks = diagnose(target, args.env)
+    except SourceError as exc:
+        sys.stderr.write(f"liftgate: error: {exc}\n")
+        return 2
+    if args.format == "json":
+        doc = [
+            {"section": c.section, "item": c.item, "verdict": c.verdict, "value": c.value, "hint": c.hint}
+            for c in checks
+        ]
+        sys.stdout.write(json.dumps({"schema_version": 1, "checks": doc}, indent=2) + "\n")
+    else:
+        sys.stdout.write(render(checks, sys.stdout.isatty() and "NO_COLOR" not in os.environ))
+    return 1 if any(c.verdict == FAIL for c in checks) else 0
+
+
+def render(checks: list[Any], color: bool) -> str:
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    out = io.StringIO()
+    console = Console(
+        file=out, force_terminal=color, no_color=not color, width=120, highlight=False, soft_wrap=True
+    )
+    section = None
+    for c in checks:
+        if c.section != section:
+            section = c.section
+            console.print(Text(section, style="bold"))
+        line = Text.assemble(("  " + _MARK[c.verdict] + " ", _STYLE[c.verdict]), f"{c.item}: ", c.value)
+        console.print(line)
+        if c.hint:
+            console.print(Text(f"      {c.hint}", style="dim"))
+    return "\n".join(line.rstrip() for line in out.getvalue().split("\n"))

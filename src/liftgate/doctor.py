@@ -1,0 +1,296 @@
+"""``liftgate doctor``: the local picture in one screen, each line with a verdict and a hint.
+
+GPUs and their capabilities (NVML), the driver and the CUDA version it supports, nvcc/ptxas and
+the targets they can build, torch's arch list (asked in a subprocess, so liftgate itself never
+imports torch or initialises CUDA), the environment variables that steer builds and caches, the
+JIT caches with their sizes, and the installed packages that ship kernels with their coverage
+for the target (`liftgate.detect.binary`). Pure data (`Check`) first; the CLI renders it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from liftgate.arch.core import Arch
+
+OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
+BUILD_ENV = (
+    "TORCH_CUDA_ARCH_LIST",
+    "FLASHINFER_CUDA_ARCH_LIST",
+    "CMAKE_CUDA_ARCHITECTURES",
+    "CUDA_HOME",
+    "CUDA_PATH",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    section: str
+    item: str
+    verdict: str  # ok | warn | fail | info
+    value: str
+    hint: str = ""
+
+
+def _run(cmd: list[str], timeout: float = 30) -> str | None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout + done.stderr if done.returncode == 0 else None
+
+
+def buildable(cuda: tuple[int, int], codes: list[str]) -> list[str]:
+    """Targets a toolkit builds: its ``--list-gpu-code`` list plus the variants its version has
+    (``a`` for sm_90 from 12.0 and for sm_100+ from 12.8, ``f`` from 12.9, per the CUDA release notes)."""
+    out = []
+    for code in codes:
+        m = re.fullmatch(r"sm_(\d+)", code)
+        if not m:
+            continue
+        number = int(m.group(1))
+        out.append(code)
+        if (number == 90 and cuda >= (12, 0)) or (number >= 100 and cuda >= (12, 8)):
+            out.append(f"{code}a")
+        if number >= 100 and cuda >= (12, 9):
+            out.append(f"{code}f")
+    return out
+
+
+def gpu_checks(target: Arch | None) -> tuple[list[Check], list[Arch]]:
+    from liftgate.arch.nvml import NoGpuError, detect_local_gpus
+
+    checks: list[Check] = []
+    try:
+        gpus = detect_local_gpus()
+    except NoGpuError as exc:
+        if target is not None:
+            checks.append(Check("GPU", "devices", INFO, f"none found; checking for {target.name} as asked"))
+        else:
+            checks.append(Check("GPU", "devices", WARN, "none found", str(exc)))
+        return checks, []
+    for gpu in gpus:
+        checks.append(
+            Check(
+                "GPU",
+                f"GPU {gpu.index}",
+                OK,
+                f"{gpu.name}, compute capability {gpu.capability[0]}.{gpu.capability[1]} ({gpu.arch.name})",
+                gpu.note or "",
+            )
+        )
+    try:
+        import pynvml
+
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        checks.append(
+            Check("GPU", "driver", OK, f"{driver}, supports CUDA up to {cuda // 1000}.{cuda % 1000 // 10}")
+        )
+    except Exception as exc:  # an NVML without these calls: say so, never fail
+        checks.append(Check("GPU", "driver", INFO, f"n/a ({exc.__class__.__name__})"))
+    return checks, list(dict.fromkeys(g.arch for g in gpus))
+
+
+def toolchain_checks(target: Arch | None) -> list[Check]:
+    from liftgate.judge.compile_check import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return [
+            Check(
+                "toolchain",
+                "nvcc",
+                WARN,
+                "not found",
+                "JIT builds (FlashInfer, torch extensions) need the CUDA toolkit: set CUDA_HOME or put nvcc on PATH",
+            )
+        ]
+    text = _run([nvcc, "--version"]) or ""
+    m = re.search(r"release (\d+)\.(\d+)", text)
+    cuda = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    checks = [Check("toolchain", "nvcc", OK, f"{nvcc} (CUDA {cuda[0]}.{cuda[1]})")]
+    ptxas = os.path.join(os.path.dirname(nvcc), "ptxas")
+    ptxas_text = _run([ptxas, "--version"]) if os.access(ptxas, os.X_OK) else None
+    pm = re.search(r"release (\d+\.\d+)", ptxas_text or "")
+    checks.append(
+        Check(
+            "toolchain",
+            "ptxas",
+            OK if pm else WARN,
+            f"{ptxas} ({pm.group(1)})" if pm else "not found beside nvcc",
+        )
+    )
+    codes = (_run([nvcc, "--list-gpu-code"]) or "").split()
+    targets = buildable(cuda, codes)
+    checks.append(Check("toolchain", "builds", INFO, ", ".join(targets) or "n/a",
+                        "CUDA 13 dropped sm_70/sm_72 and renamed sm_101 to sm_110; sm_120a needs CUDA 12.8, f targets 12.9"))  # fmt: skip
+    if target is not None:
+        name = f"sm_{target.number}{target.variant}"
+        ok = name in targets
+        checks.append(
+            Check("toolchain", f"builds {name}", OK if ok else FAIL, "yes" if ok else "no",
+                  "" if ok else f"install a CUDA toolkit that lists {name} (nvcc --list-gpu-code)")
+        )  # fmt: skip
+    return checks
+
+
+def torch_checks(python: str) -> list[Check]:
+    probe = (
+        "import importlib.util, json\n"
+        "if importlib.util.find_spec('torch') is None: print(json.dumps(None)); raise SystemExit\n"
+        "import torch\n"
+        "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+        "'archs': torch.cuda.get_arch_list() if torch.version.cuda else []}))\n"
+    )
+    out = _run([python, "-c", probe], timeout=120)
+    try:
+        info = json.loads((out or "").strip().splitlines()[-1]) if out else None
+    except (ValueError, IndexError):
+        info = None
+    if info is None:
+        return [Check("torch", "torch", INFO, "not installed" if out else "could not be asked")]
+    archs = info.get("archs") or []
+    return [
+        Check("torch", "torch", OK, f"{info['version']} (CUDA {info.get('cuda') or 'none'})"),
+        Check("torch", "arch list", INFO if archs else WARN, " ".join(archs) or "none (a CPU build)"),
+    ]
+
+
+def env_checks(environ: dict[str, str]) -> list[Check]:
+    from liftgate.lift.caches import load_caches
+
+    names = list(BUILD_ENV)
+    for spec in load_caches():
+        names.extend(env for env, _path in spec.locations if env and env not in names)
+    return [Check("environment", name, INFO, environ[name]) for name in names if environ.get(name)] or [
+        Check("environment", "variables", INFO, "none of " + ", ".join(BUILD_ENV) + " is set")
+    ]
+
+
+def _size(path: str, budget_s: float = 2.0) -> tuple[int, int, bool]:
+    """(bytes, files, complete) under ``path``, within a time budget."""
+    total = count = 0
+    started = time.monotonic()
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            count += 1
+        if time.monotonic() - started > budget_s:
+            return total, count, False
+    return total, count, True
+
+
+def cache_checks(environ: dict[str, str]) -> list[Check]:
+    from liftgate.lift.caches import cache_root, load_caches
+
+    out = []
+    for spec in load_caches():
+        root = cache_root(spec, environ)
+        if not os.path.isdir(root):
+            continue
+        size, files, complete = _size(root)
+        out.append(
+            Check(
+                "JIT caches",
+                spec.tool,
+                INFO,
+                f"{root}: {size / 1e6:.1f} MB in {files} files" + ("" if complete else " (or more)"),
+            )
+        )
+    return out or [Check("JIT caches", "caches", INFO, "none of the known JIT caches exists here")]
+
+
+def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
+    """Installed packages with CUDA kernels, and whether each target has a kernel image in them."""
+    from liftgate.detect.binary import FatbinError, coverage, is_binary_candidate, read_kernel_images
+    from liftgate.sources.environment import resolve_environment
+
+    packages, _skips = resolve_environment(env)
+    out = []
+    for pkg in packages:
+        per_target: dict[str, dict[str, int]] = {t.name: {} for t in targets}
+        libs = 0
+        for f in pkg.files:
+            if not is_binary_candidate(f.path):
+                continue
+            try:
+                images = read_kernel_images(f.fspath)
+            except (FatbinError, OSError):
+                continue
+            if not images:
+                continue
+            libs += 1
+            for t in targets:
+                verdict = coverage(images, t.cc)[0]
+                per_target[t.name][verdict] = per_target[t.name].get(verdict, 0) + 1
+        if not libs:
+            continue
+        if not targets:
+            out.append(
+                Check(
+                    "kernels",
+                    f"{pkg.name} {pkg.version or ''}".strip(),
+                    INFO,
+                    f"{libs} files with CUDA kernels",
+                    "pass --target to see their coverage",
+                )
+            )
+            continue
+        for t in targets:
+            counts = per_target[t.name]
+            missing = counts.get("no-kernel-image", 0)
+            verdict = FAIL if missing == libs else WARN if missing or counts.get("ptx-jit") else OK
+            value = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+            hint = ""
+            if missing:
+                hint = f"{missing} of {libs} files have no kernel for {t.name}: a build with it in the arch list, or `liftgate scan --kind binary -t {t.name}` for which"
+            elif counts.get("ptx-jit"):
+                hint = "the driver JIT-compiles PTX at first start (slow once; arch-specific code paths are not taken)"
+            out.append(
+                Check(
+                    "kernels",
+                    f"{pkg.name} {pkg.version or ''} for {t.name}".replace("  ", " "),
+                    verdict,
+                    value,
+                    hint,
+                )
+            )
+    return out or [Check("kernels", "packages", INFO, "no installed package ships CUDA kernels")]
+
+
+def diagnose(target: Arch | None, env: str | None = None, environ: dict[str, str] | None = None,
+             python: str | None = None, sections: Callable[[str], bool] = lambda s: True) -> list[Check]:  # fmt: skip
+    environ = dict(os.environ if environ is None else environ)
+    checks, local = gpu_checks(target)
+    targets = [target] if target is not None else local
+    checks += toolchain_checks(targets[0] if targets else None)
+    interpreter = python or (_env_python(env) if env else sys.executable)
+    checks += (
+        torch_checks(interpreter)
+        if interpreter
+        else [Check("torch", "torch", INFO, "no interpreter found in the environment")]
+    )
+    checks += env_checks(environ)
+    checks += cache_checks(environ)
+    checks += kernel_checks(env, targets)
+    return [c for c in checks if sections(c.section)]
+
+
+def _env_python(env: str) -> str | None:
+    for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
+        candidate = os.path.join(env, name)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
