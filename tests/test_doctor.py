@@ -53,6 +53,8 @@ def test_doctor_screen_and_kernel_coverage(tmp_path: Path, fake_env, capsys, mon
     assert main(["doctor", "-t", "sm_90", "--env", env, "--format", "json"]) == 0
     checks = json.loads(capsys.readouterr().out)["checks"]
     (kern,) = [c for c in checks if c["section"] == "kernels"]
-    assert kern["verdict"] == "warn" and kern["value"] == "1 native, 1 ptx-jit"  # sm_80 SASS does not run on 9.0
+    assert (
+        kern["verdict"] == "warn" and kern["value"] == "1 native, 1 ptx-jit"
+    )  # sm_80 SASS does not run on 9.0
     assert main(["doctor", "-t", "sm_70", "--env", env]) == 1  # CUDA 13 cannot build sm_70
     assert "builds sm_70: no" in capsys.readouterr().out
