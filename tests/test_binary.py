@@ -89,6 +89,17 @@ def test_contents_and_coverage_of_objects_built_with_nvcc(built: dict[str, Path]
 
 
 @pytest.mark.nvcc
+def test_a_fatbin_file_is_read_as_it_is(built: dict[str, Path], tmp_path: Path) -> None:
+    fatbin = tmp_path / "k.fatbin"
+    (tmp_path / "k.cu").write_text(KERNEL)
+    subprocess.run(
+        [NVCC, "--fatbin", "-gencode", "arch=compute_90a,code=[sm_90a,compute_90a]", str(tmp_path / "k.cu"), "-o", str(fatbin)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert summarize(read_kernel_images(str(fatbin))) == "SASS sm_90a; PTX compute_90a (ISA 9.0)"
+
+
+@pytest.mark.nvcc
 def test_a_shared_library_is_a_binary_gate_in_the_scan(built: dict[str, Path]) -> None:
     report = scan([str(built["library"].parent)], list(TARGETS), use_cache=False)
     (gate,) = [g for g in report.gates if g.kind is GateKind.BINARY]

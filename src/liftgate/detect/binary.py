@@ -23,6 +23,7 @@ Coverage for a GPU of capability (M, m), with the driver's real rules:
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Iterable
@@ -68,26 +69,9 @@ class KernelImage:
         return f"{'sm' if self.kind == 'sass' else 'compute'}_{self.number}{self.variant}"
 
 
-def parse_fatbin(data: bytes, base: int = 0, limit: int | None = None) -> list[KernelImage]:
+def parse_fatbin(data: bytes) -> list[KernelImage]:
     """Entries of every container in ``data`` (a section's bytes, or a ``.fatbin`` file)."""
-    images: list[KernelImage] = []
-    end = len(data) if limit is None else min(len(data), limit)
-    off = base
-    while off + _CONTAINER.size <= end:
-        magic, _version, header_size, fat_size = _CONTAINER.unpack_from(data, off)
-        if magic != FATBIN_MAGIC:
-            nxt = data.find(struct.pack("<I", FATBIN_MAGIC), off + 1, end)
-            if nxt < 0:
-                break
-            off = nxt
-            continue
-        if header_size < _CONTAINER.size or off + header_size + fat_size > end:
-            raise FatbinError(
-                f"fat binary container at offset {off} runs past its section ({fat_size} bytes)"
-            )
-        images.extend(_entries(data, off + header_size, off + header_size + fat_size))
-        off += header_size + fat_size
-    return images
+    return _read_section(io.BytesIO(data), 0, len(data))
 
 
 def _image(kind: int, size: int, header: bytes, at: int) -> KernelImage | None:
@@ -105,24 +89,6 @@ def _image(kind: int, size: int, header: bytes, at: int) -> KernelImage | None:
         bool(flags & FLAG_COMPRESSED),
         size,
     )
-
-
-def _entries(data: bytes, start: int, stop: int) -> list[KernelImage]:
-    out = []
-    off = start
-    while off + _ENTRY.size + _ENTRY_REST.size <= stop:
-        kind, _version, header_size, size = _ENTRY.unpack_from(data, off)
-        if header_size < _ENTRY.size + _ENTRY_REST.size or off + header_size + size > stop:
-            raise FatbinError(
-                f"fat binary entry at offset {off} is malformed (header {header_size}, size {size})"
-            )
-        image = _image(kind, size, data, off + _ENTRY.size)
-        if image is not None:
-            out.append(image)
-        off += header_size + size
-        if len(out) > MAX_ENTRIES:
-            raise FatbinError("more than 100,000 fat binary entries")
-    return out
 
 
 _ELF_MAGIC = b"\x7fELF"
@@ -161,8 +127,7 @@ def read_kernel_images(path: str) -> list[KernelImage]:
     with open(path, "rb") as fh:
         head = fh.read(64)
         if head[:4] == struct.pack("<I", FATBIN_MAGIC):
-            fh.seek(0)
-            return parse_fatbin(fh.read(min(os.fstat(fh.fileno()).st_size, 1 << 30)))
+            return _read_section(fh, 0, os.fstat(fh.fileno()).st_size)
         if head[:4] != _ELF_MAGIC:
             return []
         cubin = _cubin_image(head)
@@ -201,6 +166,8 @@ def _read_section(fh: object, offset: int, size: int) -> list[KernelImage]:
         while entry + _ENTRY.size + _ENTRY_REST.size <= stop:
             f.seek(entry)  # type: ignore[attr-defined]
             blob = f.read(_ENTRY.size + _ENTRY_REST.size)  # type: ignore[attr-defined]
+            if len(blob) < _ENTRY.size + _ENTRY_REST.size:
+                raise FatbinError(f"fat binary entry at file offset {entry} is truncated")
             kind, _v, ehs, psize = _ENTRY.unpack_from(blob, 0)
             if ehs < _ENTRY.size + _ENTRY_REST.size or entry + ehs + psize > stop:
                 raise FatbinError(f"fat binary entry at file offset {entry} is malformed")
