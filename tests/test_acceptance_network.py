@@ -389,3 +389,19 @@ def test_062_comm_jit_filter_liftable_for_sm120a_but_header_gates_remain(judged_
         and any(i in h for i in trtllm_ids)
         for h in arch_specific.hazards
     ), arch_specific.hazards
+
+
+def test_diff_062_to_072_opens_the_13_trtllm_allreduce_gates_for_sm120() -> None:
+    from liftgate.diff import diff
+
+    sm120 = SM["sm_120"]
+    before = scan(["flashinfer-python==0.6.2"], [sm120])
+    after = scan(["flashinfer-python==0.7.2.post1"], [sm120])
+    opened = [
+        c for c in diff(before, after, [sm120]) if c.change == "opened" and c.gate.location.path == TRTLLM
+    ]
+    assert sorted(c.before.location.line for c in opened if c.before) == TRTLLM_LINES
+    assert all(
+        c.after is not None and c.after.condition == "(defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900))"
+        for c in opened
+    )

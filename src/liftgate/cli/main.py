@@ -12,13 +12,22 @@ import sys
 from collections.abc import Sequence
 
 from liftgate import __version__
-from liftgate.cli import arches_cmd, doctor_cmd, explain_cmd, lift_cmd, scan_cmd, status_cmd, verify_cmd
+from liftgate.cli import (
+    arches_cmd,
+    diff_cmd,
+    doctor_cmd,
+    explain_cmd,
+    lift_cmd,
+    scan_cmd,
+    status_cmd,
+    verify_cmd,
+)
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 
-COMMANDS = (scan_cmd, explain_cmd, arches_cmd, lift_cmd, status_cmd, verify_cmd, doctor_cmd)
+COMMANDS = (scan_cmd, explain_cmd, arches_cmd, lift_cmd, status_cmd, verify_cmd, doctor_cmd, diff_cmd)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,103 @@
+"""``liftgate diff SPEC_A SPEC_B --target ARCH``: gates opened, closed, added, removed or changed between two releases."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from liftgate.model import GateKind
+
+
+def configure_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "diff",
+        help="gates opened, closed, added, removed or changed between two releases or environments",
+        description=(
+            "Scan SPEC_A and SPEC_B (NAME==VERSION, a wheel, an sdist, a directory, env:PATH) and match their "
+            "gates by identity (then, for gates whose condition changed, by file, line and order): for each "
+            "--target, which gates the newer one opened or closed, added or removed, or changed."
+        ),
+        epilog="Exit codes: 0 compared, 1 a gate closed for a target (with --fail-on closed), 2 usage or source error.",
+    )
+    p.add_argument("spec_a", metavar="SPEC_A")
+    p.add_argument("spec_b", metavar="SPEC_B")
+    p.add_argument("-t", "--target", action="append", default=[], metavar="ARCH", required=True)
+    p.add_argument(
+        "--kind", action="append", choices=[k.value for k in GateKind], help="only gates of this kind"
+    )
+    p.add_argument("--all", action="store_true", help="also list unchanged gates")
+    p.add_argument("--fail-on", choices=("closed",), help="exit 1 if a gate closed for a target")
+    p.add_argument("-f", "--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--sdist", action="store_true", help="fetch source distributions for NAME==VERSION specs")
+    p.add_argument("--offline", action="store_true")
+    p.add_argument("--cache-dir", metavar="DIR")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from liftgate.arch.parse import UnknownArchError, parse_target
+    from liftgate.diff import diff
+    from liftgate.scanner import scan
+    from liftgate.sources.interface import SourceError
+
+    try:
+        targets = [parse_target(t) for spelling in args.target for t in spelling.split(",") if t.strip()]
+        kw = dict(cache_dir=args.cache_dir, offline=args.offline, sdist=args.sdist)
+        before = scan([args.spec_a], targets, **kw)
+        after = scan([args.spec_b], targets, **kw)
+    except (UnknownArchError, SourceError) as exc:
+        sys.stderr.write(f"liftgate: error: {exc}\n")
+        return 2
+    changes = [c for c in diff(before, after, targets) if args.all or c.change != "unchanged"]
+    if args.kind:
+        changes = [c for c in changes if c.gate.kind.value in args.kind]
+    sys.stdout.write(render(changes, args.format, args.spec_a, args.spec_b))
+    closed = any(c.change == "closed" for c in changes)
+    return 1 if args.fail_on == "closed" and closed else 0
+
+
+def _row(c: Any) -> dict[str, Any]:
+    a, b = c.before, c.after
+    return {
+        "target": c.target.name,
+        "change": c.change,
+        "kind": c.gate.kind.value,
+        "path": c.gate.location.path,
+        "line_before": a.location.line if a else None,
+        "line_after": b.location.line if b else None,
+        "condition_before": a.condition if a else None,
+        "condition_after": b.condition if b else None,
+        "id_before": a.id if a else None,
+        "id_after": b.id if b else None,
+        "matched_by": c.matched_by or None,
+    }
+
+
+def render(changes: list[Any], fmt: str, spec_a: str, spec_b: str) -> str:
+    rows = [_row(c) for c in changes]
+    if fmt == "json":
+        return (
+            json.dumps({"schema_version": 1, "before": spec_a, "after": spec_b, "changes": rows}, indent=2)
+            + "\n"
+        )
+    counts: dict[tuple[str, str], int] = {}
+    for r in rows:
+        counts[(r["target"], r["change"])] = counts.get((r["target"], r["change"]), 0) + 1
+    summary = "; ".join(f"{t}: {n} {ch}" for (t, ch), n in sorted(counts.items()))
+    if fmt == "markdown":
+        out = [f"**liftgate diff** `{spec_a}` → `{spec_b}`: {summary or 'no change'}", "",
+               "| target | change | file:line | before | after |", "|---|---|---|---|---|"]  # fmt: skip
+        for r in rows:
+            line = r["line_after"] or r["line_before"]
+            out.append(
+                f"| {r['target']} | {r['change']} | `{r['path']}:{line}` | `{r['condition_before'] or ''}` | `{r['condition_after'] or ''}` |"
+            )
+        return "\n".join(out) + "\n"
+    out = [f"{spec_a} -> {spec_b}: {summary or 'no change'}"]
+    for r in rows:
+        where = f"{r['path']}:{r['line_before'] or '-'}->{r['line_after'] or '-'}"
+        cond = r["condition_after"] or r["condition_before"] or ""
+        out.append(f"  {r['target']:8} {r['change']:8} {r['kind']:11} {where}  {cond[:90]}")
+    return "\n".join(out) + "\n"

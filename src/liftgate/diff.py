@@ -1,0 +1,120 @@
+"""Gates across two releases (or environments): "has upstream already opened this?"
+
+Gates are matched by identity first (`liftgate.model.gate_id`: package, path, normalised
+condition, scope, occurrence — no line numbers). A gate whose condition changed has a new id, so
+the ones left are matched within the same file and kind: at the same line, then in order of
+appearance (difflib's alignment of the two files' gate sequences). For each target a matched
+gate is ``opened`` (it now admits the target), ``closed`` (it no longer does), ``changed`` (its
+condition or admitted set changed, not for this target) or unchanged; the rest are ``added`` or
+``removed``. Pure: two reports in, rows out.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from liftgate.arch.core import Arch
+from liftgate.model import Gate, Report, Status
+
+CHANGES = ("opened", "closed", "added", "removed", "changed")
+
+
+@dataclass(frozen=True, slots=True)
+class GateChange:
+    change: str  # opened | closed | added | removed | changed | unchanged
+    target: Arch
+    before: Gate | None
+    after: Gate | None
+    matched_by: str  # "id", "line", "order", or "" for added/removed
+
+    @property
+    def gate(self) -> Gate:
+        g = self.after or self.before
+        assert g is not None
+        return g
+
+
+def _file_key(g: Gate) -> tuple[str, str, str]:
+    return (g.location.package.lower(), g.location.path, g.kind.value)
+
+
+def match(
+    before: Sequence[Gate], after: Sequence[Gate]
+) -> tuple[list[tuple[Gate, Gate, str]], list[Gate], list[Gate]]:
+    """(matched pairs with how, only in ``before``, only in ``after``)."""
+    by_id = {g.id: g for g in after}
+    pairs: list[tuple[Gate, Gate, str]] = []
+    left: list[Gate] = []
+    used: set[str] = set()
+    for g in before:
+        other = by_id.get(g.id)
+        if other is not None and other.id not in used:
+            pairs.append((g, other, "id"))
+            used.add(other.id)
+        else:
+            left.append(g)
+    right = [g for g in after if g.id not in used]
+    groups_l: dict[tuple[str, str, str], list[Gate]] = {}
+    groups_r: dict[tuple[str, str, str], list[Gate]] = {}
+    for g in left:
+        groups_l.setdefault(_file_key(g), []).append(g)
+    for g in right:
+        groups_r.setdefault(_file_key(g), []).append(g)
+    removed: list[Gate] = []
+    added: list[Gate] = []
+    for key in sorted(set(groups_l) | set(groups_r)):
+        a = sorted(groups_l.get(key, []), key=lambda g: g.location.line)
+        b = sorted(groups_r.get(key, []), key=lambda g: g.location.line)
+        at_line = {g.location.line: g for g in b}
+        rest_a = []
+        for g in a:
+            other = at_line.pop(g.location.line, None)
+            if other is not None and other.directive == g.directive:
+                pairs.append((g, other, "line"))
+            else:
+                if other is not None:
+                    at_line[g.location.line] = other
+                rest_a.append(g)
+        rest_b = sorted(at_line.values(), key=lambda g: g.location.line)
+        sig_a = [g.directive for g in rest_a]
+        sig_b = [g.directive for g in rest_b]
+        taken_a: set[int] = set()
+        taken_b: set[int] = set()
+        for block in difflib.SequenceMatcher(a=sig_a, b=sig_b, autojunk=False).get_matching_blocks():
+            for k in range(block.size):
+                pairs.append((rest_a[block.a + k], rest_b[block.b + k], "order"))
+                taken_a.add(block.a + k)
+                taken_b.add(block.b + k)
+        removed += [g for i, g in enumerate(rest_a) if i not in taken_a]
+        added += [g for i, g in enumerate(rest_b) if i not in taken_b]
+    return pairs, removed, added
+
+
+def diff(before: Report, after: Report, targets: Sequence[Arch]) -> list[GateChange]:
+    pairs, removed, added = match(before.gates, after.gates)
+    out: list[GateChange] = []
+    for target in targets:
+        for a, b, how in pairs:
+            was, now = a.status(target), b.status(target)
+            if was is not Status.ADMITTED and now is Status.ADMITTED:
+                change = "opened"
+            elif was is Status.ADMITTED and now is not Status.ADMITTED:
+                change = "closed"
+            elif a.condition != b.condition or a.admitted != b.admitted or a.unknown != b.unknown:
+                change = "changed"
+            else:
+                change = "unchanged"
+            out.append(GateChange(change, target, a, b, how))
+        out += [GateChange("removed", target, g, None, "") for g in removed]
+        out += [GateChange("added", target, None, g, "") for g in added]
+    out.sort(
+        key=lambda c: (
+            c.target.sort_key(),
+            CHANGES.index(c.change) if c.change in CHANGES else 9,
+            c.gate.location.path,
+            c.gate.location.line,
+        )
+    )
+    return out
