@@ -214,7 +214,7 @@ def cache_checks(environ: dict[str, str]) -> list[Check]:
 
 def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
     """Installed packages with CUDA kernels, and whether each target has a kernel image in them."""
-    from liftgate.detect.binary import FatbinError, coverage, is_binary_candidate, read_kernel_images
+    from liftgate.detect.binary import coverage, kernel_files
     from liftgate.sources.environment import resolve_environment
 
     packages, _skips = resolve_environment(env)
@@ -222,13 +222,7 @@ def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
     for pkg in packages:
         per_target: dict[str, dict[str, int]] = {t.name: {} for t in targets}
         libs = 0
-        for f in pkg.files:
-            if not is_binary_candidate(f.path):
-                continue
-            try:
-                images = read_kernel_images(f.fspath)
-            except (FatbinError, OSError):
-                continue
+        for _f, images, _problem in kernel_files(pkg.files):
             if not images:
                 continue
             libs += 1

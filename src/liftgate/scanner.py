@@ -893,10 +893,8 @@ def _scan_binaries(packages: Sequence[Package]) -> tuple[list[Gate], list[Skip],
     needs no cache: a 2 GB library costs kilobytes of I/O.
     """
     from liftgate.detect.binary import (
-        FatbinError,
         admitted_archs,
-        is_binary_candidate,
-        read_kernel_images,
+        kernel_files,
         summarize,
     )
 
@@ -904,17 +902,10 @@ def _scan_binaries(packages: Sequence[Package]) -> tuple[list[Gate], list[Skip],
     skips: list[Skip] = []
     seen = 0
     for pkg in packages:
-        for f in pkg.files:
-            if not is_binary_candidate(f.path):
-                continue
+        for f, images, problem in kernel_files(pkg.files):
             seen += 1
-            try:
-                images = read_kernel_images(f.fspath)
-            except FatbinError as exc:
-                skips.append(Skip(f.path, f"binary not read: {exc}", pkg.name))
-                continue
-            except OSError as exc:
-                skips.append(Skip(f.path, f"cannot read: {exc.strerror or exc}", pkg.name))
+            if problem:
+                skips.append(Skip(f.path, problem, pkg.name))
                 continue
             if not images:
                 continue

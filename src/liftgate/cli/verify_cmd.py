@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 EXIT_ERROR = 2
@@ -200,7 +201,7 @@ def _apply_plan_file(path: str, env: str | None) -> str:
                 f["version"],
                 f["path"],
                 f["fspath"],
-                _read(f["fspath"]),
+                Path(f["fspath"]).read_bytes(),
                 f["after"].encode("utf-8"),
                 tuple(f["gates"]),
             )
@@ -223,8 +224,3 @@ def _apply_plan_file(path: str, env: str | None) -> str:
             raise LiftError(f"{f.fspath} changed since the plan was made: plan again")
     apply_plan(plan, env)
     return plan.lift_id
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()

@@ -26,8 +26,9 @@ from __future__ import annotations
 import io
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from liftgate.arch.core import Arch, ArchSet, arch_data, universe
 
@@ -234,6 +235,20 @@ def admitted_archs(images: Iterable[KernelImage]) -> tuple[ArchSet, ArchSet]:
         ArchSet(a for a in universe() if a.cc in native),
         ArchSet(a for a in universe() if a.cc in jit),
     )
+
+
+def kernel_files(files: Iterable[Any]) -> Iterator[tuple[Any, list[KernelImage], str | None]]:
+    """Each binary candidate of ``files`` (objects with ``path`` and ``fspath``): its kernel images,
+    or ``[]`` and the reason it could not be read. Files without kernels come with ``[]`` and None."""
+    for f in files:
+        if not is_binary_candidate(f.path):
+            continue
+        try:
+            yield f, read_kernel_images(f.fspath), None
+        except FatbinError as exc:
+            yield f, [], f"binary not read: {exc}"
+        except OSError as exc:
+            yield f, [], f"cannot read: {exc.strerror or exc}"
 
 
 def is_binary_candidate(path: str) -> bool:

@@ -22,6 +22,7 @@ import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from liftgate.arch.core import Arch, ArchSet, cuda_exact_test, universe
@@ -213,11 +214,6 @@ def _line_starts(text: str) -> list[int]:
     return starts
 
 
-def _read(fspath: str) -> bytes:
-    with open(fspath, "rb") as fh:
-        return fh.read()
-
-
 def _definition_gates(gate: Gate, gates: Sequence[Gate], target: Arch) -> list[Gate] | None:
     """For a CUDA gate that sees the arch only through derived macros: the gates around their
     ``#define``s (those are what a lift edits), or None when the gate tests the arch itself."""
@@ -320,7 +316,7 @@ def _plan_once(
                     f"{gate.location.path} is not among the scanned files of {gate.location.package}"
                 )
             try:
-                data = _read(fspath)
+                data = Path(fspath).read_bytes()
             except OSError as exc:
                 raise NoSafeEdit(f"cannot read {fspath}: {exc.strerror or exc}") from exc
             try:

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from liftgate.arch.core import Arch
-from liftgate.detect.python import is_guard
+from liftgate.detect.python import _collapse, is_guard
 from liftgate.lift.text import Edit, NoSafeEdit, TextEdit
 from liftgate.model import Gate
 
@@ -77,10 +77,6 @@ def parse_module(text: str, path: str) -> ast.Module:
         return ast.parse(text, filename=path)
     except (SyntaxError, ValueError) as exc:
         raise NoSafeEdit(f"{path} does not parse ({exc.__class__.__name__}: {exc})") from exc
-
-
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _parents(tree: ast.AST) -> dict[int, ast.AST]:

@@ -12,6 +12,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -94,7 +95,7 @@ def compare_files(stock: str, lifted: str, rtol: float = 1e-5, atol: float = 1e-
         except Exception as exc:  # a damaged file is a failed comparison, not a crash
             return Comparison(name, False, f"cannot read: {exc}")
         if a is None or b is None:
-            same = _bytes(stock) == _bytes(lifted)
+            same = Path(stock).read_bytes() == Path(lifted).read_bytes()
             return Comparison(name, same, "compared byte for byte (no reader for this format is installed)")
         import numpy as np
 
@@ -123,10 +124,5 @@ def compare_files(stock: str, lifted: str, rtol: float = 1e-5, atol: float = 1e-
             return Comparison(name, False, f"cannot read JSON: {exc}")
         mismatch = _json_diff(db, da, rtol, atol)
         return Comparison(name, mismatch is None, mismatch or "equal within tolerance")
-    same = _bytes(stock) == _bytes(lifted)
+    same = Path(stock).read_bytes() == Path(lifted).read_bytes()
     return Comparison(name, same, "identical" if same else "the text differs")
-
-
-def _bytes(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()

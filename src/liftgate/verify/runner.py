@@ -201,10 +201,11 @@ class Outcome:
 def summarize(runs: Sequence[Run], threshold: float) -> tuple[dict[str, Any], str]:
     """Per state: median/min/max of wall time, metrics and telemetry; ratios and noise. And the primary metric."""
     measured = {s: [r for r in runs if r.state == s and not r.warmup and r.failure is None] for s in STATES}
+    telemetry = {id(r): _telemetry_values(r) for r in runs}
     names: dict[str, None] = {"wall_s": None}
     for r in runs:
         names.update(dict.fromkeys(r.metrics))
-        names.update(dict.fromkeys(_telemetry_values(r)))
+        names.update(dict.fromkeys(telemetry[id(r)]))
     primary = next(
         (
             n
@@ -221,7 +222,7 @@ def summarize(runs: Sequence[Run], threshold: float) -> tuple[dict[str, Any], st
         for s in STATES:
             values = []
             for r in measured[s]:
-                v = r.wall_s if name == "wall_s" else r.metrics.get(name, _telemetry_values(r).get(name))
+                v = r.wall_s if name == "wall_s" else r.metrics.get(name, telemetry[id(r)].get(name))
                 if v is not None:
                     values.append(v)
             per_state[s] = _stats(values)
