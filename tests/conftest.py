@@ -52,3 +52,14 @@ def fake_env(tmp_path: Path) -> Callable[..., Path]:
         return install_fake(prefix or tmp_path / "env", tree, name, version)
 
     return make
+
+
+def fetch_release(spec: str) -> str:
+    """``name==version`` from the package index, through liftgate's download cache: the archive's path."""
+    from packaging.requirements import Requirement
+
+    from liftgate.sources.cache import cache_root
+    from liftgate.sources.index import FetchRequest, fetch
+
+    path, _reused = fetch(FetchRequest.parse(spec, Requirement(spec)), cache_root=cache_root())
+    return path

@@ -17,28 +17,21 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
 
+from conftest import fetch_release
 from liftgate.arch.core import Arch
 from liftgate.detect.binary import coverage, read_kernel_images
 from liftgate.model import GateKind
 from liftgate.scanner import scan
-from liftgate.sources.cache import cache_root
-from liftgate.sources.index import FetchRequest, fetch
 
 pytestmark = pytest.mark.network
 
 _LISTED = re.compile(r"^(ELF|PTX) file\s+\d+: .*\.(sm_\d+[af]?)\.(cubin|ptx)$")
 
 
-def _fetch(spec: str) -> str:
-    path, _reused = fetch(FetchRequest.parse(spec, Requirement(spec)), cache_root=cache_root())
-    return path
-
-
 @pytest.fixture(scope="module")
 def cuobjdump(tmp_path_factory: pytest.TempPathFactory) -> str:
-    wheel = _fetch("nvidia-cuda-cuobjdump==13.5.37")
+    wheel = fetch_release("nvidia-cuda-cuobjdump==13.5.37")
     root = tmp_path_factory.mktemp("cuobjdump")
     with zipfile.ZipFile(wheel) as zf:
         (member,) = [n for n in zf.namelist() if n.endswith("/bin/cuobjdump")]
@@ -49,7 +42,7 @@ def cuobjdump(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def bitsandbytes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wheel = _fetch("bitsandbytes==0.45.5")
+    wheel = fetch_release("bitsandbytes==0.45.5")
     root = tmp_path_factory.mktemp("bnb")
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(root, [n for n in zf.namelist() if n.endswith(".so")])

@@ -23,14 +23,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
 
+from conftest import fetch_release
 from liftgate.arch.core import Arch
 from liftgate.cli.main import main
 from liftgate.lift.workflow import apply_plan, choose_gates, export_series, plan_env, scan_env
 from liftgate.model import Status
-from liftgate.sources.cache import cache_root
-from liftgate.sources.index import FetchRequest, fetch
 
 pytestmark = pytest.mark.network
 
@@ -39,12 +37,6 @@ HEADER = "flashinfer/data/include/flashinfer/comm/trtllm_allreduce.cuh"
 CONDITION = "(defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1200))"
 COMM_PY = "flashinfer/jit/comm.py"
 SGLANG_PY = "sglang/srt/layers/flashinfer_comm_fusion.py"
-
-
-def _wheel(spec: str) -> str:
-    request = FetchRequest.parse(spec, Requirement(spec))
-    path, _reused = fetch(request, cache_root=cache_root())
-    return path
 
 
 def _venv(dest: Path, wheels: list[str]) -> Path:
@@ -89,7 +81,7 @@ def _preprocess(nvcc: str, site: Path, arch: str) -> str:
 
 def test_lift_allreduce_fusion_for_sm120_export_reapply_and_revert(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # JIT caches looked up here, never the real ones
-    wheels = [_wheel("flashinfer-python==0.6.2"), _wheel("sglang==0.5.23")]
+    wheels = [fetch_release("flashinfer-python==0.6.2"), fetch_release("sglang==0.5.23")]
     env = tmp_path / "env"
     site = _venv(env, wheels)
     stock = _snapshot(site)
