@@ -218,6 +218,78 @@ class PackageSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class TracedFrame:
+    """A place in a traced program: the package file it maps to (None: not a scanned file)."""
+
+    path: str  # the absolute path the traced process ran
+    line: int
+    function: str
+    package: str | None = None
+    package_path: str | None = None
+
+    def render(self) -> str:
+        where = self.package_path or self.path
+        return f"{self.function}() at {where}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class GateTrace:
+    """What a traced run did at one gate (`liftgate.trace.match`).
+
+    ``outcomes`` counts what followed the condition: ``then``/``else`` (the block that ran),
+    ``past`` (neither: an ``if`` without ``else`` skipped, a guard passed), ``evaluated`` (a
+    condition without blocks), ``returned``/``raised``; ``took`` reads them as the gate's
+    ``admitted`` / ``excluded`` side, or ``mixed``/``unknown``. ``queries`` are the capability
+    queries made while the condition ran (or that fed it), as ``api → answer``; ``synthetic``:
+    answered under --as.
+    """
+
+    gate_id: str
+    evaluations: int  # times a probe saw the condition run (0 without probes, or when it never ran)
+    outcomes: tuple[tuple[str, int], ...]
+    took: str
+    queries: tuple[str, ...] = ()
+    queried: int = 0  # capability queries made for it (calls)
+    synthetic: bool = False
+    agreement: str | None = None  # how the run compares with the static evaluation
+
+
+@dataclass(frozen=True, slots=True)
+class UntracedQuery:
+    """A capability query made where the static scan found no gate: a recall check."""
+
+    api: str
+    answer: str
+    count: int
+    site: TracedFrame  # the innermost frame outside the API
+    reason: str  # "not in the scanned files" or "in a scanned file, but no gate there"
+    caller: TracedFrame | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSummary:
+    """A trace mapped onto a scan (``liftgate scan --trace``)."""
+
+    source: str
+    command: tuple[str, ...]
+    as_arch: str | None  # the arch answered under --as
+    capabilities: tuple[tuple[int, int], ...]  # what the run's queries answered
+    queries: int  # capability queries made (calls)
+    distinct_queries: int
+    matched_queries: int  # distinct queries evaluated by a scanned gate
+    gates: tuple[GateTrace, ...]
+    untraced: tuple[UntracedQuery, ...]
+    notes: tuple[str, ...] = ()
+    probed: bool = False  # the run probed gates (their conditions' outcomes are known)
+
+    def for_gate(self, gate_id: str) -> GateTrace | None:
+        for g in self.gates:
+            if g.gate_id == gate_id:
+                return g
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """The result of a scan: gates, their evaluation for each target, and what was skipped."""
 
@@ -230,6 +302,7 @@ class Report:
     cuda_version: tuple[int, int]
     notes: tuple[str, ...] = ()
     verdicts: tuple[Verdict, ...] = ()  # for gates that exclude a target, when the scan was asked to judge
+    trace: TraceSummary | None = None  # a run's trace mapped onto these gates (scan --trace)
 
     def verdict_index(self) -> dict[tuple[str, Arch], Verdict]:
         """Verdicts by (gate id, target); build it once per rendering, not per gate."""

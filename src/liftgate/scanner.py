@@ -30,7 +30,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from liftgate import __version__
 from liftgate.arch.core import Arch, ArchSet
@@ -55,6 +55,9 @@ from liftgate.model import (
     gate_id,
 )
 from liftgate.sources.interface import NullObserver, Observer, Package, SourceFile
+
+if TYPE_CHECKING:
+    from liftgate.trace.document import Trace
 
 CACHE_FORMAT = "scan-v3"
 DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
@@ -440,6 +443,8 @@ def scan(
     files_out: dict[tuple[str, str | None], dict[str, str]] | None = None,
     only_packages: Collection[str] | None = None,
     overlay: Mapping[tuple[str, str], str] | None = None,
+    only_python: bool = False,
+    trace: Trace | None = None,
 ) -> Report:
     """Scan sources for architecture gates and evaluate them for ``targets``.
 
@@ -450,7 +455,9 @@ def scan(
     (package path -> filesystem path, keyed by (name, version)) for callers that show source.
     ``only_packages`` keeps just the named distributions; ``overlay`` reads some files from
     elsewhere (``(package, path) -> filesystem path``): how `liftgate.lift` re-detects a plan's
-    edits before it changes anything.
+    edits before it changes anything. ``only_python`` analyses Python alone (py-runtime and
+    py-build gates): what ``liftgate trace`` needs for its probes. ``trace`` (a run's trace,
+    `liftgate.trace.document.load_trace`) is mapped onto the gates (`liftgate.trace.match`).
     """
     from liftgate.sources import resolve_sources
     from liftgate.sources.cache import cache_root
@@ -486,7 +493,7 @@ def scan(
     files_scanned = 0
     try:
         for pkg in packages:
-            cfiles = [f for f in pkg.files if _is_indexed(f.path)]
+            cfiles = [] if only_python else [f for f in pkg.files if _is_indexed(f.path)]
             summaries.append(PackageSummary(pkg.name, pkg.version, pkg.origin, len(pkg.files)))
             files_scanned += len(cfiles)
             if not cfiles:
@@ -496,16 +503,22 @@ def scan(
             )
             all_gates.extend(gates)
             all_skips.extend(pkg_skips)
-        build_files = [f for pkg in packages for f in pkg.files if _is_python_or_cmake(f.path)]
-        files_scanned += sum(1 for f in build_files if not _is_indexed(f.path))  # the rest were counted above
+        build_files = [
+            f
+            for pkg in packages
+            for f in pkg.files
+            if (f.path.endswith(".py") if only_python else _is_python_or_cmake(f.path))
+        ]
+        files_scanned += sum(1 for f in build_files if only_python or not _is_indexed(f.path))
         gates, py_skips = _scan_python_and_cmake(build_files, max_file_size, scan_cache, observer)
         all_gates.extend(gates)
         all_skips.extend(py_skips)
-        all_gates = _link_build_flags(all_gates, build_files)
-        binary_gates, binary_skips, binary_files = _scan_binaries(packages)
-        all_gates.extend(binary_gates)
-        all_skips.extend(binary_skips)
-        files_scanned += binary_files
+        if not only_python:
+            all_gates = _link_build_flags(all_gates, build_files)
+            binary_gates, binary_skips, binary_files = _scan_binaries(packages)
+            all_gates.extend(binary_gates)
+            all_skips.extend(binary_skips)
+            files_scanned += binary_files
     finally:
         pool.close()
         _reset_worker()  # the in-process analysers hold whole packages' lexed headers
@@ -527,6 +540,13 @@ def scan(
             only=judge if callable(judge) else None,
         )
         observer.finish()
+    trace_summary = None
+    if trace is not None:
+        from liftgate.trace.match import match_trace
+
+        trace_summary = match_trace(
+            trace, all_gates, {(p.name, p.version): {f.path: f.fspath for f in p.files} for p in packages}
+        )
     return Report(
         targets=resolved_targets,
         packages=tuple(summaries),
@@ -537,6 +557,7 @@ def scan(
         cuda_version=cuda_version,
         notes=tuple(notes),
         verdicts=tuple(verdicts),
+        trace=trace_summary,
     )
 
 

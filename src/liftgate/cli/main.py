@@ -20,6 +20,7 @@ from liftgate.cli import (
     lift_cmd,
     scan_cmd,
     status_cmd,
+    trace_cmd,
     verify_cmd,
 )
 
@@ -27,7 +28,19 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 
-COMMANDS = (scan_cmd, explain_cmd, arches_cmd, lift_cmd, status_cmd, verify_cmd, doctor_cmd, diff_cmd)
+COMMANDS = (
+    scan_cmd,
+    explain_cmd,
+    arches_cmd,
+    lift_cmd,
+    status_cmd,
+    verify_cmd,
+    trace_cmd,
+    doctor_cmd,
+    diff_cmd,
+)
+# Commands that run a command of the user's, given after "--".
+_WRAPPING = ("verify", "trace")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] | None = None
-    if "verify" in argv and "--" in argv and argv.index("verify") < argv.index("--"):
+    subcommand = next((a for a in argv if not a.startswith("-")), None)
+    if subcommand in _WRAPPING and "--" in argv and argv.index(subcommand) < argv.index("--"):
         # Everything after "--" is the user's command, options and all.
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]

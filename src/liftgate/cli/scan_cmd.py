@@ -11,7 +11,7 @@ from typing import Any
 from liftgate.model import GateKind
 
 FORMATS = ("table", "json", "sarif", "markdown")
-SHOWS = ("excluded", "admitted", "all")
+SHOWS = ("excluded", "admitted", "all", "traced")
 FAIL_ON = ("excluded", "unknown", "any", "blocked", "liftable", "hazard")
 
 
@@ -43,7 +43,15 @@ def configure_parser(subparsers: Any) -> None:
         "--show",
         choices=SHOWS,
         default="excluded",
-        help="which gates to list (default: those excluding a target)",
+        help="which gates to list (default: those excluding a target; traced: those a --trace run evaluated)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help=(
+            "a trace from `liftgate trace`: mark the gates the traced run evaluated (and how), and list "
+            "the capability queries it made where this scan found no gate"
+        ),
     )
     p.add_argument(
         "--kind",
@@ -136,6 +144,16 @@ def run(args: argparse.Namespace) -> int:
             return _error(str(exc))
     if args.jobs is not None and args.jobs < 1:
         return _error("--jobs must be at least 1")
+    trace = None
+    if args.trace:
+        from liftgate.trace.document import TraceError, load_trace
+
+        try:
+            trace = load_trace(args.trace)
+        except TraceError as exc:
+            return _error(str(exc))
+    elif args.show == "traced":
+        return _error("--show traced needs --trace FILE (write one with `liftgate trace -o FILE -- COMMAND`)")
     observer = make_observer(args.quiet)
     try:
         report = scan(
@@ -151,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             observer=observer,
             sdist=args.sdist,
             judge=args.judge or args.fail_on in ("blocked", "liftable", "hazard"),
+            trace=trace,
         )
     except SourceError as exc:
         return _error(str(exc))

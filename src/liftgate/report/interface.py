@@ -29,6 +29,7 @@ class Show(str, enum.Enum):
     EXCLUDED = "excluded"  # excluded or unknown for at least one target: what the user came for
     ADMITTED = "admitted"  # admitted for every target
     ALL = "all"
+    TRACED = "traced"  # the gates a traced run evaluated (scan --trace)
 
 
 @dataclass(frozen=True, slots=True)

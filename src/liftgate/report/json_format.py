@@ -14,12 +14,24 @@ from typing import Any
 
 import liftgate
 from liftgate.arch.core import Arch
-from liftgate.model import Evidence, FeatureUse, Gate, GateKind, Report, Skip, Span, Verdict
+from liftgate.model import (
+    Evidence,
+    FeatureUse,
+    Gate,
+    GateKind,
+    GateTrace,
+    Report,
+    Skip,
+    Span,
+    TracedFrame,
+    TraceSummary,
+    Verdict,
+)
 from liftgate.report.interface import RenderOptions
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 SCHEMA_RESOURCE = "report.schema.json"
 
 
@@ -67,6 +79,9 @@ def gate_to_dict(
         else []
     )
     extra: dict[str, Any] = {"verdicts": [verdict_to_dict(v) for v in found]} if report.verdicts else {}
+    if report.trace is not None:
+        traced = report.trace.for_gate(gate.id)
+        extra["trace"] = None if traced is None else gate_trace_to_dict(traced)
     return {
         "id": gate.id,
         "kind": gate.kind.value,
@@ -90,6 +105,56 @@ def gate_to_dict(
         "enclosing": list(gate.enclosing),
         "status": {target.arch.name: gate.status(target.arch).value for target in distinct_targets(report)},
         **extra,
+    }
+
+
+def gate_trace_to_dict(traced: GateTrace) -> dict[str, Any]:
+    return {
+        "evaluations": traced.evaluations,
+        "queried": traced.queried,
+        "outcomes": dict(traced.outcomes),
+        "took": traced.took,
+        "queries": list(traced.queries),
+        "as": traced.synthetic,
+        "agreement": traced.agreement,
+    }
+
+
+def _frame(frame: TracedFrame | None) -> dict[str, Any] | None:
+    if frame is None:
+        return None
+    return {
+        "path": frame.path,
+        "line": frame.line,
+        "function": frame.function,
+        "package": frame.package,
+        "package_path": frame.package_path,
+    }
+
+
+def trace_to_dict(trace: TraceSummary) -> dict[str, Any]:
+    return {
+        "source": trace.source,
+        "command": list(trace.command),
+        "as": trace.as_arch,
+        "capabilities": [f"{a}.{b}" for a, b in trace.capabilities],
+        "queries": trace.queries,
+        "distinct_queries": trace.distinct_queries,
+        "matched_queries": trace.matched_queries,
+        "gates_evaluated": len(trace.gates),
+        "probed": trace.probed,
+        "untraced": [
+            {
+                "api": u.api,
+                "answer": u.answer,
+                "count": u.count,
+                "site": _frame(u.site),
+                "caller": _frame(u.caller),
+                "reason": u.reason,
+            }
+            for u in trace.untraced
+        ],
+        "notes": list(trace.notes),
     }
 
 
@@ -137,6 +202,7 @@ def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
         "gates": [gate_to_dict(gate, report, verdicts) for gate in select_gates(report, options)],
         "skips": [_skip(skip) for skip in sorted(report.skips, key=skip_sort_key)],
         "notes": list(report.notes),
+        **({"trace": trace_to_dict(report.trace)} if report.trace is not None else {}),
     }
 
 

@@ -25,6 +25,7 @@ from liftgate.report.select import (
     select_gates,
     skip_sort_key,
     target_label,
+    trace_text,
 )
 from liftgate.report.summary import nothing_selected, package_verdict_counts, summary_line
 
@@ -61,9 +62,13 @@ def code_span(text: str) -> str:
 def _heading(report: Report, options: RenderOptions) -> str:
     labels = [target_label(t) for t in distinct_targets(report)]
     kinds = kinds_text(options.kinds)
-    if options.show is Show.ALL or not labels:
+    if options.show is Show.ALL or (not labels and options.show is not Show.TRACED):
         subject = f"{kinds}architecture gates" if kinds else "architecture gates"
         return f"## liftgate: {subject}" + (f" for {', '.join(labels)}" if labels else "")
+    if options.show is Show.TRACED:
+        return f"## liftgate: {kinds}gates the traced run evaluated" + (
+            f" ({', '.join(labels)})" if labels else ""
+        )
     if options.show is Show.EXCLUDED:
         return f"## liftgate: {kinds}gates that exclude {' or '.join(labels)}"
     return f"## liftgate: {kinds}gates that admit {' and '.join(labels)}"
@@ -94,6 +99,10 @@ def _package_table(
         header.append(escape_text(target_label(target)))
         if verdicts is not None:
             header.append(f"{escape_text(target.arch.name)} verdict")
+    traced = {g.gate_id: g for g in report.trace.gates} if report.trace is not None else None
+    probed = report.trace.probed if report.trace is not None else False
+    if traced is not None:
+        header.append("traced run")
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
@@ -109,8 +118,53 @@ def _package_table(
             cells.append(_STATUS_CELL[gate.status(target.arch)])
             if verdicts is not None:
                 cells.append(_verdict_cell(verdicts.get((gate.id, target.arch))))
+        if traced is not None:
+            cells.append(escape_text(trace_text(traced[gate.id], probed)) if gate.id in traced else "")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _trace_block(report: Report) -> list[str]:
+    """What the traced run did beyond the table rows: its counts and the queries no gate made."""
+    trace = report.trace
+    if trace is None:
+        return []
+    lines = [f"### Trace {code_span(trace.source)}" if trace.source else "### Trace", ""]
+    if trace.command:
+        lines += [f"Command: {code_span(' '.join(trace.command))}", ""]
+    if trace.as_arch:
+        lines += [
+            f"Capability queries were answered as **{escape_text(trace.as_arch)}** (`--as`): a what-if, "
+            "not the device.",
+            "",
+        ]
+    lines += [
+        f"- {trace.queries:,} capability queries ({trace.distinct_queries:,} distinct); "
+        f"{trace.matched_queries:,} distinct made while a gate of this scan was evaluated",
+        f"- {len(trace.gates):,} gates evaluated by the run",
+    ]
+    differs = [g for g in trace.gates if g.agreement and g.agreement.startswith("differs")]
+    if differs:
+        lines.append(f"- {len(differs):,} gates where the run took another side than the scan says")
+    lines.append("")
+    if trace.untraced:
+        count = sum(u.count for u in trace.untraced)
+        lines += [
+            f"Capability queries from places where the scan found no gate ({count:,} of {trace.queries:,}; a "
+            "recall check):",
+            "",
+            "| query | answer | calls | where | why |",
+            "|---|---|---|---|---|",
+        ]
+        for u in trace.untraced:
+            where = u.site.render() + (f" ({u.site.package})" if u.site.package else "")
+            lines.append(
+                f"| {code_span(u.api)} | {escape_text(u.answer)} | {u.count:,} | {escape_text(where)} "
+                f"| {escape_text(u.reason)} |"
+            )
+        lines.append("")
+    lines += [f"- note: {escape_text(n)}" for n in trace.notes]
+    return [*lines, ""] if trace.notes else lines
 
 
 def _verdict_counts_table(report: Report) -> list[str]:
@@ -206,6 +260,7 @@ class MarkdownFormatter:
             lines += [*_package_table(report, list(package_gates), verdicts), ""]
         if report.notes:
             lines += [f"- {escape_text(note)}" for note in report.notes] + [""]
+        lines += _trace_block(report)
         lines += _hazards_block(report, gates, verdicts)
         lines += _skips_block(report)
         return "\n".join(lines).rstrip("\n") + "\n"

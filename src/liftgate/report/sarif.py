@@ -30,10 +30,12 @@ from liftgate.model import (
     Skip,
     Status,
     Target,
+    TraceSummary,
     Verdict,
     VerdictKind,
 )
 from liftgate.report.interface import RenderOptions
+from liftgate.report.json_format import gate_trace_to_dict, trace_to_dict
 from liftgate.report.select import (
     admits_text,
     condition_text,
@@ -242,13 +244,18 @@ def _result(
     target: Target,
     status: Status,
     verdicts: dict[tuple[str, Arch], Verdict] | None = None,
+    trace: TraceSummary | None = None,
 ) -> dict[str, Any]:
-    """One gate's result for one target; ``verdicts`` (a judged report's index) adds the verdict."""
+    """One gate's result for one target; ``verdicts`` (a judged report's index) adds the verdict,
+    ``trace`` (scan --trace) what the traced run did at the gate."""
     loc = gate.location
     verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
     judged: dict[str, Any] = {}
     if verdicts is not None:
         judged["verdicts"] = [] if verdict is None else [_verdict_property(verdict)]
+    if trace is not None:
+        traced = trace.for_gate(gate.id)
+        judged["trace"] = None if traced is None else gate_trace_to_dict(traced)
     return {
         "ruleId": RULES[RULE_INDEX[gate.kind]].id,
         "ruleIndex": RULE_INDEX[gate.kind],
@@ -336,7 +343,7 @@ def report_to_sarif(report: Report, options: RenderOptions) -> dict[str, Any]:
             status = gate.status(target.arch)
             if status is Status.ADMITTED:
                 continue
-            results.append(_result(gate, target, status, verdicts))
+            results.append(_result(gate, target, status, verdicts, report.trace))
             verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
             if verdict is not None:
                 results += _hazard_results(gate, target, verdict)
@@ -372,6 +379,7 @@ def report_to_sarif(report: Report, options: RenderOptions) -> dict[str, Any]:
                         {"name": p.name, "version": p.version, "origin": p.origin}
                         for p in sorted(report.packages, key=lambda p: (p.name, p.version or "", p.origin))
                     ],
+                    **({"trace": trace_to_dict(report.trace)} if report.trace is not None else {}),
                 },
             }
         ],

@@ -11,7 +11,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from liftgate.model import Gate, GateKind, Report, Skip, Status, Target, Verdict, VerdictKind
+from liftgate.model import (
+    Gate,
+    GateKind,
+    GateTrace,
+    Report,
+    Skip,
+    Status,
+    Target,
+    UntracedQuery,
+    Verdict,
+    VerdictKind,
+)
 from liftgate.report.interface import RenderOptions, Show
 
 
@@ -47,7 +58,9 @@ def statuses(gate: Gate, targets: Iterable[Target]) -> list[Status]:
     return [gate.status(target.arch) for target in targets]
 
 
-def _shown(gate: Gate, targets: tuple[Target, ...], show: Show) -> bool:
+def _shown(gate: Gate, targets: tuple[Target, ...], show: Show, traced: frozenset[str]) -> bool:
+    if show is Show.TRACED:
+        return gate.id in traced
     if show is Show.ALL or not targets:
         # Without a target there is nothing to be excluded from: every gate is worth listing.
         return True
@@ -61,15 +74,18 @@ def select_gates(report: Report, options: RenderOptions) -> list[Gate]:
     """The gates to show, in report order.
 
     ``Show.EXCLUDED`` keeps gates that are excluded or unknown for at least one target,
-    ``Show.ADMITTED`` those admitted for every target, ``Show.ALL`` everything; ``options.kinds``
-    then narrows by gate kind. A report without targets shows every gate of the chosen kinds.
+    ``Show.ADMITTED`` those admitted for every target, ``Show.ALL`` everything, ``Show.TRACED``
+    those a traced run evaluated (``scan --trace``); ``options.kinds`` then narrows by gate kind.
+    A report without targets shows every gate of the chosen kinds.
     """
     targets = distinct_targets(report)
+    traced = frozenset(g.gate_id for g in report.trace.gates) if report.trace else frozenset()
     return sorted(
         (
             gate
             for gate in report.gates
-            if (options.kinds is None or gate.kind in options.kinds) and _shown(gate, targets, options.show)
+            if (options.kinds is None or gate.kind in options.kinds)
+            and _shown(gate, targets, options.show, traced)
         ),
         key=gate_sort_key,
     )
@@ -123,6 +139,37 @@ def kinds_text(kinds: frozenset[GateKind] | None) -> str:
 def missing_features(verdict: Verdict) -> list[str]:
     """The ids of the features the target lacks, each once, in the order the region uses them."""
     return list(dict.fromkeys(use.feature for use in verdict.missing))
+
+
+def trace_text(traced: GateTrace, probed: bool = True) -> str:
+    """``ran 3×, took the admitted side (then 3); torch.cuda.get_device_capability → (12, 0) (--as)``."""
+    if traced.outcomes:
+        shown = ", ".join(f"{outcome} {count:,}" for outcome, count in traced.outcomes)
+        head = f"ran {traced.evaluations:,}×"
+        head += f", took the {traced.took} side ({shown})" if traced.took != "unknown" else f" ({shown})"
+    elif probed:
+        head = (
+            f"queried {traced.queried:,}× for it, but the condition was not seen running (the query raised, "
+            "or the probe was not set)"
+        )
+    else:
+        head = f"evaluated through {plural(traced.queried, 'capability query', 'capability queries')}"
+    if traced.queries:
+        more = len(traced.queries) - 2
+        head += "; " + "; ".join(traced.queries[:2]) + (f" (+{more} more)" if more > 0 else "")
+    elif traced.synthetic:
+        head += " (--as)"
+    return head
+
+
+def untraced_text(query: UntracedQuery) -> str:
+    """``torch.cuda.get_device_name → 'NVIDIA …' ×2 at main() in prog.py:13 (not in the scanned files)``."""
+    where = query.site.render()
+    if query.site.package:
+        where += f" ({query.site.package})"
+    caller = f", called from {query.caller.render()}" if query.caller else ""
+    count = f" ×{query.count:,}" if query.count > 1 else ""
+    return f"{query.api} → {query.answer}{count} at {where}{caller}: {query.reason}"
 
 
 def verdict_text(verdict: Verdict) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from liftgate.model import Report, Status, Target, Verdict, VerdictKind
+from liftgate.model import Report, Status, Target, TraceSummary, Verdict, VerdictKind
 from liftgate.report.interface import RenderOptions, Show
 from liftgate.report.select import distinct_targets, kinds_text, plural
 
@@ -170,13 +170,30 @@ def summary_line(report: Report) -> str:
     verdicts = total_verdict_counts(report)
     if verdicts.total:
         text += f"; verdicts: {verdicts.text()}"
+    if report.trace is not None:
+        text += f"; {trace_counts_text(report.trace)}"
     return f"{text} — {report.elapsed_s:.2f} s"
+
+
+def trace_counts_text(trace: TraceSummary) -> str:
+    """``trace: 4 gates evaluated, 1 of 5 capability queries from a place with no gate``."""
+    untraced = sum(u.count for u in trace.untraced)
+    text = (
+        f"trace: {plural(len(trace.gates), 'gate')} evaluated, {untraced:,} of "
+        f"{plural(trace.queries, 'capability query', 'capability queries')} from a place with no gate"
+    )
+    differs = sum(1 for g in trace.gates if g.agreement and g.agreement.startswith("differs"))
+    if differs:
+        text += f", {differs:,} where the run differs from the scan"
+    return text + (f" (answered as {trace.as_arch})" if trace.as_arch else "")
 
 
 def nothing_selected(report: Report, options: RenderOptions) -> str:
     """What a formatter says when no gate matches: ``no gates exclude sm_120 in 1 package (1,992 files)``."""
     arch_names = [target.arch.name for target in distinct_targets(report)]
     subject = f"no {kinds_text(options.kinds)}gates"
+    if options.show is Show.TRACED:
+        return f"{subject} of {scope_text(report)} were evaluated by the traced run"
     if options.show is Show.ALL or not arch_names:
         return f"{subject} in {scope_text(report)}"
     if options.show is Show.EXCLUDED:

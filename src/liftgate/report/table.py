@@ -24,15 +24,29 @@ from rich.table import Table
 from rich.text import Text
 
 from liftgate.arch.core import Arch
-from liftgate.model import Confidence, Gate, GateKind, Report, Status, Target, Verdict, VerdictKind
+from liftgate.model import (
+    Confidence,
+    Gate,
+    GateKind,
+    GateTrace,
+    Report,
+    Status,
+    Target,
+    TraceSummary,
+    Verdict,
+    VerdictKind,
+)
 from liftgate.report.interface import RenderOptions
 from liftgate.report.select import (
     admits_text,
     condition_text,
     distinct_targets,
+    plural,
     select_gates,
     skip_sort_key,
     target_label,
+    trace_text,
+    untraced_text,
     verdict_text,
 )
 from liftgate.report.summary import nothing_selected, package_verdict_counts
@@ -218,9 +232,13 @@ def _gate_table(
     *,
     header: bool,
     verdicts: VerdictIndex | None = None,
+    traced: dict[str, GateTrace] | None = None,
+    probed_run: bool = False,
 ) -> Table:
     """Rows for ``gates`` (or, with ``header``, just the column headings) in the report-wide layout."""
-    overflow: OverflowMethod = "fold" if options.verbose else "ellipsis"
+    # A traced report wraps the condition column too: the line saying what the run did is read whole.
+    wrap = options.verbose or bool(traced)
+    overflow: OverflowMethod = "fold" if wrap else "ellipsis"
     table = Table(
         box=None,
         show_edge=False,
@@ -240,9 +258,7 @@ def _gate_table(
     table.add_column(next(heading_texts), width=layout.line, justify="right", no_wrap=True)
     if layout.kind is not None:
         table.add_column(next(heading_texts), width=layout.kind, no_wrap=True)
-    table.add_column(
-        next(heading_texts), width=layout.condition, no_wrap=not options.verbose, overflow=overflow
-    )
+    table.add_column(next(heading_texts), width=layout.condition, no_wrap=not wrap, overflow=overflow)
     # The admitted set wraps instead of being cut: a cut set would be a wrong answer.
     table.add_column(next(heading_texts), width=layout.admits, overflow="fold")
     table.add_column(next(heading_texts), width=layout.else_kind, no_wrap=True)
@@ -251,8 +267,17 @@ def _gate_table(
         if layout.verdicts is not None:
             table.add_column(next(heading_texts), width=layout.verdicts[index], overflow="fold")
     table.add_column(next(heading_texts), width=layout.gate_id, no_wrap=True)
+    trace = traced or {}
+    probed = probed_run
     for gate in gates:
         condition = Text(condition_text(gate))
+        if gate.id in trace:
+            condition.append("\n")
+            condition.append("traced: " + trace_text(trace[gate.id], probed), style="magenta")
+            agreement = trace[gate.id].agreement
+            if agreement and (options.verbose or agreement.startswith("differs")):
+                condition.append("\n")
+                condition.append(agreement, style="yellow" if agreement.startswith("differs") else "dim")
         if options.verbose:
             for detail in _details(gate):
                 condition.append("\n")
@@ -292,6 +317,62 @@ def _print_verdict_counts(console: Console, report: Report) -> None:
         console.print(Padding.indent(line, FILE_INDENT))
 
 
+MAX_UNTRACED = 12
+
+
+def _print_trace(console: Console, trace: TraceSummary, verbose: bool) -> None:
+    """What the traced run did beyond the rows: its counts, and the queries no gate made."""
+    console.print()
+    command = " ".join(trace.command)
+    head = f"trace {trace.source or ''}".rstrip() + (f" ({command})" if command else "")
+    if trace.as_arch:
+        head += f", answered as {trace.as_arch}: a what-if, every such answer marked (--as)"
+    console.print(Text(head, style="bold"))
+    untraced = sum(u.count for u in trace.untraced)
+    lines = [
+        f"{plural(trace.queries, 'capability query', 'capability queries')} ({trace.distinct_queries:,} "
+        f"distinct); {trace.matched_queries:,} distinct made while a gate of this scan was evaluated",
+        f"{plural(len(trace.gates), 'gate')} evaluated by the run (marked 'traced:' above)",
+    ]
+    differs = [g for g in trace.gates if g.agreement and g.agreement.startswith("differs")]
+    if differs:
+        lines.append(f"{plural(len(differs), 'gate')} where the run took another side than the scan says")
+    for line in lines:
+        console.print(Padding.indent(Text(line), FILE_INDENT))
+    if trace.untraced:
+        console.print(
+            Padding.indent(
+                Text(
+                    f"capability queries from places where the scan found no gate ({untraced:,} of "
+                    f"{trace.queries:,}; a recall check: each is either not gating anything, or a gate "
+                    "liftgate does not see):",
+                    style="yellow",
+                ),
+                FILE_INDENT,
+            )
+        )
+        shown = trace.untraced if verbose else trace.untraced[:MAX_UNTRACED]
+        for query in shown:
+            console.print(Padding.indent(Text(untraced_text(query), overflow="fold"), TABLE_INDENT))
+        if len(shown) < len(trace.untraced):
+            console.print(
+                Padding.indent(
+                    Text(
+                        f"… {len(trace.untraced) - len(shown):,} more; --verbose lists them all", style="dim"
+                    ),
+                    TABLE_INDENT,
+                )
+            )
+    else:
+        console.print(
+            Padding.indent(
+                Text("every capability query was made while a gate of this scan was evaluated"), FILE_INDENT
+            )
+        )
+    for note in trace.notes:
+        console.print(Padding.indent(Text(f"note: {note}", style="dim"), FILE_INDENT))
+
+
 def _print_skips(console: Console, report: Report, verbose: bool) -> None:
     if not report.skips:
         return
@@ -327,6 +408,7 @@ class TableFormatter:
         targets = distinct_targets(report)
         # Verdict columns only in a judged report, so that other reports render as they always did.
         verdicts = report.verdict_index() if report.verdicts else None
+        traced = {g.gate_id: g for g in report.trace.gates} if report.trace else None
         if not gates:
             console.print(Text(nothing_selected(report, options)))
         else:
@@ -345,10 +427,13 @@ class TableFormatter:
                 for path, file_gates in groupby(package_gates, key=lambda g: g.location.path):
                     console.print(Padding.indent(Text(path, style="cyan"), FILE_INDENT))
                     rows = _gate_table(
-                        list(file_gates), targets, layout, options, header=False, verdicts=verdicts
-                    )
+                        list(file_gates), targets, layout, options, header=False, verdicts=verdicts,
+                        traced=traced, probed_run=bool(report.trace and report.trace.probed),
+                    )  # fmt: skip
                     console.print(Padding.indent(rows, TABLE_INDENT))
         _print_verdict_counts(console, report)
+        if report.trace is not None:
+            _print_trace(console, report.trace, options.verbose)
         if report.notes or report.skips:
             console.print()
         for note in report.notes:

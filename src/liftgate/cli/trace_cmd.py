@@ -1,0 +1,166 @@
+"""``liftgate trace [--as ARCH] -o trace.json -- COMMAND…``: run a Python command with the tracer.
+
+Records every capability query the command's Python processes make (torch.cuda, vLLM's
+platform, NVML, CuPy, Triton), with its call stack and answer, and which known Python gates ran
+and which way they went (probes from a static scan of ``--env``). ``--as ARCH`` answers the
+queries as another architecture; everything answered so is marked. ``liftgate scan --trace
+FILE`` maps the trace onto the gates (`liftgate.trace.match`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_COMMAND_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+def configure_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "trace",
+        help="run a Python command and record its capability queries and the gates it evaluates",
+        description=(
+            "Run COMMAND (after --) with liftgate's tracer injected through sitecustomize on PYTHONPATH "
+            "(no file of yours changes; child processes are traced too). Every capability query "
+            "(torch.cuda.get_device_capability/properties/name/arch list, vLLM's platform, NVML, CuPy, "
+            "Triton's target) is recorded with its call stack and answer, and every Python gate the "
+            "static scan of --env knows is probed: how often its condition ran and which way it went. "
+            "--as ARCH answers the queries as another GPU (no GPU needed); the answers are marked. "
+            "Read the trace with `liftgate scan --trace FILE`."
+        ),
+        epilog=(
+            "Exit codes: 0 the command succeeded, 1 it failed (the trace is written all the same), "
+            "2 liftgate could not trace it."
+        ),
+    )
+    p.add_argument(
+        "--as",
+        dest="as_arch",
+        metavar="ARCH",
+        help="answer capability queries as this architecture (sm_120, 12.0, rtx5090, …)",
+    )
+    p.add_argument(
+        "--as-name",
+        metavar="NAME",
+        help="the device name answered under --as (default: a product of that capability, e.g. "
+        "'NVIDIA GeForce RTX 5090')",
+    )
+    p.add_argument(
+        "-o", "--output", metavar="FILE", default="liftgate-trace.json", help="the trace file to write"
+    )
+    p.add_argument(
+        "--env",
+        metavar="PATH",
+        help="the environment the command's Python uses, whose gates are probed (default: this one)",
+    )
+    p.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help=(
+            "probe the gates of SOURCE (a source tree or wheel the command imports, as for scan) instead "
+            "of the environment's; repeatable"
+        ),
+    )
+    p.add_argument(
+        "--no-probes",
+        action="store_true",
+        help="record capability queries only (no static scan, no sys.settrace line tracing)",
+    )
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="interrupt the command after this long")
+    p.add_argument("--cache-dir", metavar="DIR", help="liftgate's scan cache directory")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    p.set_defaults(run=run, command=[])  # main() hands over what follows "--"
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"liftgate: error: {message}\n")
+    return EXIT_ERROR
+
+
+def run(args: argparse.Namespace) -> int:
+    from liftgate.arch.parse import UnknownArchError
+    from liftgate.trace.session import probes_for, resolve_as, run_traced
+
+    command = list(args.command or [])
+    if not command:
+        return _error("no command to trace: liftgate trace [OPTIONS] -- COMMAND [ARGS…]")
+    as_arch = limits = None
+    if args.as_arch:
+        try:
+            as_arch, limits = resolve_as(args.as_arch, args.as_name)
+        except UnknownArchError as exc:
+            return _error(str(exc))
+    elif args.as_name:
+        return _error("--as-name needs --as ARCH")
+    probes: list[dict[str, Any]] = []
+    environment = (
+        ", ".join(args.source) if args.source else (os.path.abspath(args.env) if args.env else sys.prefix)
+    )
+    if not args.no_probes:
+        from liftgate.cli.progress import make_observer
+        from liftgate.scanner import scan
+        from liftgate.sources.interface import SourceError
+
+        files: dict[tuple[str, str | None], dict[str, str]] = {}
+        observer = make_observer(quiet=args.quiet or not sys.stderr.isatty())
+        try:
+            report = scan(args.source, [], env=args.env, only_python=True, files_out=files,
+                          cache_dir=args.cache_dir, observer=observer)  # fmt: skip
+        except SourceError as exc:
+            return _error(f"{exc} (or pass --no-probes to record capability queries only)")
+        finally:
+            observer.finish()
+        probes = probes_for(report.gates, files)
+    result = run_traced(
+        command,
+        as_arch=as_arch,
+        as_limits=limits,
+        probes=probes,
+        environment=environment if probes else None,
+        timeout=args.timeout,
+    )
+    if result.error is not None:
+        return _error(result.error)
+    trace = result.trace
+    try:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            json.dump(trace.to_dict(), fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+    except OSError as exc:
+        return _error(f"cannot write {args.output}: {exc.strerror or exc}")
+    if not args.quiet:
+        sys.stderr.write(summary(trace, args.output) + "\n")
+    return EXIT_OK if result.exit_code == 0 else EXIT_COMMAND_FAILED
+
+
+def summary(trace: Any, output: str) -> str:
+    """The lines ``liftgate trace`` prints to stderr."""
+    sites = {(q.stack[0].path, q.stack[0].line) if q.stack else ("?", 0) for q in trace.queries}
+    calls = sum(q.count for q in trace.queries)
+    gates = {p.gate for p in trace.probes}
+    head = (
+        f"liftgate: traced {len(trace.processes)} Python process(es): {calls} capability "
+        f"quer{'y' if calls == 1 else 'ies'} ({len(trace.queries)} distinct, from {len(sites)} place(s))"
+    )
+    if trace.probed_gates:
+        head += f"; {len(gates)} of {trace.probed_gates} probed gates evaluated"
+    lines = [head]
+    if trace.as_arch is not None:
+        a = trace.as_arch
+        lines.append(
+            f"liftgate: answered as {a.name} ({a.major}.{a.minor}, '{a.device_name}'): every such answer is "
+            "marked (--as), and a run under --as is a what-if, not the real device"
+        )
+    status = trace.exit_code
+    lines.append(
+        f"liftgate: the command exited with {status}"
+        + ("" if status == 0 else " (the trace is written all the same)")
+    )
+    lines.extend(f"liftgate: note: {n}" for n in trace.notes)
+    lines.append(f"liftgate: wrote {output}; map it onto the gates with `liftgate scan --trace {output}`")
+    return "\n".join(lines)
