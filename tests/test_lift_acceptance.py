@@ -27,7 +27,7 @@ import pytest
 from conftest import fetch_release
 from liftgate.arch.core import Arch
 from liftgate.cli.main import main
-from liftgate.lift.workflow import apply_plan, choose_gates, export_series, plan_env, scan_env
+from liftgate.lift.workflow import apply_plan, choose_chain, choose_gates, export_series, plan_env, scan_env
 from liftgate.model import Status
 
 pytestmark = pytest.mark.network
@@ -92,6 +92,13 @@ def test_lift_allreduce_fusion_for_sm120_export_reapply_and_revert(tmp_path: Pat
     (sglang_guard,) = [g for g in es.report.gates if g.location.path == SGLANG_PY and g.location.line == 48]
     assert len(header_gates) == 13
     wanted = [g.id for g in header_gates] + [comm_filter.id, sglang_guard.id]
+
+    # `lift --chain` finds the same 15 gates from the SGLang guard alone (tests/test_chain_network.py
+    # shows how), and refuses them whole for plain sm_120 unless forced, for the reason below.
+    choice = choose_chain(es, SM120, sglang_guard.id, force=False)
+    assert set(choice.gate_ids) == set(wanted)
+    assert choice.refusal is not None and "cvt-fp4" in choice.refusal
+    assert choose_chain(es, SM120, sglang_guard.id, force=True).refusal is None
 
     # The judge blocks the filter for plain sm_120: its sources use FP4 conversions only sm_120a has
     # (FlashInfer's JIT builds sm_120a). Lifting for sm_120 therefore needs --force for that gate.

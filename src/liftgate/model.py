@@ -218,6 +218,36 @@ class PackageSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class ChainLink:
+    """One gate of a chain and how it was reached from its parent (`liftgate.chain`).
+
+    ``relation``: ``root``; ``calls`` (a guard at the top of a function the parent's code calls);
+    ``builds`` (a JIT build filter in a function it calls); ``compiles`` (a CUDA gate in the sources
+    a build filter or arch list compiles); ``flag`` (host code compiled under a flag a CMake gate
+    passes). ``via`` lists the steps; ``exact`` is false when a step was resolved by a name alone.
+    """
+
+    gate_id: str
+    parent_id: str | None
+    relation: str
+    via: tuple[str, ...]
+    exact: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The gates that stand together between the feature a root gate guards and a target."""
+
+    root_id: str
+    links: tuple[ChainLink, ...]  # the root first, then in the order found
+    notes: tuple[str, ...] = ()
+
+    @property
+    def gate_ids(self) -> tuple[str, ...]:
+        return tuple(link.gate_id for link in self.links)
+
+
+@dataclass(frozen=True, slots=True)
 class TracedFrame:
     """A place in a traced program: the package file it maps to (None: not a scanned file)."""
 
@@ -303,6 +333,7 @@ class Report:
     notes: tuple[str, ...] = ()
     verdicts: tuple[Verdict, ...] = ()  # for gates that exclude a target, when the scan was asked to judge
     trace: TraceSummary | None = None  # a run's trace mapped onto these gates (scan --trace)
+    chains: tuple[Chain, ...] = ()  # gate chains worth showing (scan --by chain), `liftgate.chain`
 
     def verdict_index(self) -> dict[tuple[str, Arch], Verdict]:
         """Verdicts by (gate id, target); build it once per rendering, not per gate."""

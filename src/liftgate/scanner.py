@@ -39,6 +39,7 @@ from liftgate.detect.cpp_lex import BUILD_FILE_EXTENSIONS, QuickIndex, build_def
 from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, host_regions, relevant_macros
 from liftgate.model import (
+    Chain,
     Confidence,
     ElseKind,
     Evidence,
@@ -445,6 +446,7 @@ def scan(
     overlay: Mapping[tuple[str, str], str] | None = None,
     only_python: bool = False,
     trace: Trace | None = None,
+    chains: bool = False,
 ) -> Report:
     """Scan sources for architecture gates and evaluate them for ``targets``.
 
@@ -458,6 +460,8 @@ def scan(
     edits before it changes anything. ``only_python`` analyses Python alone (py-runtime and
     py-build gates): what ``liftgate trace`` needs for its probes. ``trace`` (a run's trace,
     `liftgate.trace.document.load_trace`) is mapped onto the gates (`liftgate.trace.match`).
+    ``chains`` finds the gate chains (`liftgate.chain`) that hold two gates or more to lift
+    together for a target; with ``judge``, their members are judged too.
     """
     from liftgate.sources import resolve_sources
     from liftgate.sources.cache import cache_root
@@ -540,6 +544,30 @@ def scan(
             only=judge if callable(judge) else None,
         )
         observer.finish()
+    found_chains: list[Chain] = []
+    if chains and resolved_targets:
+        from liftgate.chain import chains_for_report, listed_chains
+
+        observer.start("following gate chains", total=None)
+        archs = list(dict.fromkeys(t.arch for t in resolved_targets))
+        package_files = {(p.name, p.version): {f.path: f.fspath for f in p.files} for p in packages}
+        every = chains_for_report(all_gates, archs, package_files, _read_text_lenient)
+        if judge:
+            judged = {v.gate_id for v in verdicts}
+            members = {g for c in every for g in c.gate_ids} - judged
+            if members:
+                from liftgate.judge.verdict import judge_report
+
+                verdicts += judge_report(
+                    all_gates,
+                    archs,
+                    [(p.name, p.version, {f.path: f.fspath for f in p.files}) for p in packages],
+                    _read_text_lenient,
+                    only=lambda g: g.id in members,
+                )
+        index = {(v.gate_id, v.target): v for v in verdicts}
+        found_chains = listed_chains(every, {g.id: g for g in all_gates}, archs, index)
+        observer.finish()
     trace_summary = None
     if trace is not None:
         from liftgate.trace.match import match_trace
@@ -558,6 +586,7 @@ def scan(
         notes=tuple(notes),
         verdicts=tuple(verdicts),
         trace=trace_summary,
+        chains=tuple(found_chains),
     )
 
 

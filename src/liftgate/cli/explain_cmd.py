@@ -52,6 +52,14 @@ def configure_parser(subparsers: Any) -> None:
         help="for --compile-check: compile this translation unit (a driver that calls the gated code) instead",
     )
     p.add_argument(
+        "--chain",
+        action="store_true",
+        help=(
+            "also show the gate chains the gate belongs to: every gate that must be lifted together with it "
+            "for the feature it guards (across packages), and the weakest link's verdict per target"
+        ),
+    )
+    p.add_argument(
         "--include-dir",
         action="append",
         default=[],
@@ -133,12 +141,40 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
     doc = explanation(report, gate, package_files, checks)
+    if args.chain:
+        doc["chains"], chain_lines = _chains(report, gate, files)
     if args.format == "json":
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_text(doc, color))
+        if args.chain:
+            sys.stdout.write(chain_lines)
     return 0
+
+
+def _chains(
+    report: Any, gate: Any, files: dict[tuple[str, str | None], dict[str, str]]
+) -> tuple[list[Any], str]:
+    """The chains ``gate`` belongs to, judged for the report's targets: as JSON and as text."""
+    from dataclasses import replace
+
+    from liftgate.chain import chains_of_gate, judge_members
+    from liftgate.report.chains import chain_text, chain_to_dict
+    from liftgate.scanner import _read_text_lenient
+
+    archs = list(dict.fromkeys(t.arch for t in report.targets))
+    chains = chains_of_gate(gate.id, report.gates, archs, files, _read_text_lenient)
+    more = judge_members(chains, report.gates, archs, files, _read_text_lenient, report.verdicts)
+    report = replace(report, verdicts=(*report.verdicts, *more))
+    text = [
+        "",
+        "chains:" if chains else f"chains: {gate.id} is in no chain (no gate it leads to shuts a target out)",
+    ]
+    for chain in chains:
+        text.append("")
+        text += [line for line, _style in chain_text(report, chain, verbose=True)]
+    return [chain_to_dict(report, c) for c in chains], "\n".join(text) + "\n"
 
 
 def explanation(report: Any, gate: Any, package_files: dict[str, str], checks: list[Any]) -> dict[str, Any]:

@@ -47,6 +47,14 @@ def configure_parser(subparsers: Any) -> None:
         "--all-liftable", action="store_true", help="every gate the judge finds liftable for the target"
     )
     p.add_argument(
+        "--chain",
+        metavar="GATE_ID",
+        help=(
+            "lift the gate chain of GATE_ID as one: every gate that must admit the target for its feature "
+            "(`liftgate explain GATE_ID --chain` shows them); all of them or none"
+        ),
+    )
+    p.add_argument(
         "--at",
         choices=("call-site", "definition"),
         default="call-site",
@@ -99,8 +107,10 @@ def run(args: argparse.Namespace) -> int:
     from liftgate.lift.workflow import LiftError, PlanError, choose_gates, plan_env, scan_env
     from liftgate.sources.interface import SourceError
 
-    if not args.gate_ids and not args.all_liftable:
-        return _error("name GATE_IDs (from `liftgate scan`) or pass --all-liftable")
+    if args.chain and (args.gate_ids or args.all_liftable):
+        return _error("--chain lifts one chain: give no other GATE_IDs and no --all-liftable")
+    if not args.gate_ids and not args.all_liftable and not args.chain:
+        return _error("name GATE_IDs (from `liftgate scan`), --chain GATE_ID, or pass --all-liftable")
     try:
         target = _target(args.target)
     except (UnknownArchError, NoGpuError, ValueError) as exc:
@@ -111,14 +121,41 @@ def run(args: argparse.Namespace) -> int:
         try:
             es = scan_env(
                 args.env, target, cache_dir=args.cache_dir, observer=observer,
-                judge=True if args.all_liftable else (lambda g: g.id.startswith(wanted)),
+                judge=True if args.all_liftable else (False if args.chain else (lambda g: g.id.startswith(wanted))),
             )  # fmt: skip
         finally:
             observer.finish()
+        if args.chain:
+            return _lift_chain(es, target, args)
         ids, refused = choose_gates(es, target, args.gate_ids, args.all_liftable, args.force)
         plan = plan_env(es, target, ids, at=args.at, refused=refused)
     except (SourceError, PlanError, LiftError) as exc:
         return _error(str(exc))
+    return _show_and_apply(plan, args)
+
+
+def _lift_chain(es: Any, target: Any, args: argparse.Namespace) -> int:
+    """``lift --chain``: every gate of the chain that shuts the target out, in one lift, or none."""
+    from liftgate.lift.workflow import choose_chain, plan_env
+
+    choice = choose_chain(es, target, args.chain.strip(), args.force)
+    seen = choice.view
+    sys.stderr.write(
+        f"liftgate: chain {choice.root}: {len(choice.gate_ids)} gate(s) shut {target.name} out; combined verdict "
+        f"{seen.verdict.value if seen.verdict else 'none'}\n"
+    )
+    if choice.refusal is not None:
+        sys.stderr.write(f"liftgate: {choice.refusal}\n")
+        return EXIT_REFUSED
+    plan = plan_env(es, target, list(choice.gate_ids), at=args.at)
+    if plan.skipped:
+        for s in plan.skipped:
+            sys.stderr.write(f"liftgate: cannot lift {s.gate_id}: {s.reason}\n")
+        sys.stderr.write(
+            f"liftgate: the chain of {choice.root} cannot be lifted as one ({len(plan.skipped)} of its gates "
+            "cannot be edited); nothing applied: lifting part of a chain is how a data race gets in\n"
+        )
+        return EXIT_REFUSED
     return _show_and_apply(plan, args)
 
 

@@ -46,6 +46,16 @@ def configure_parser(subparsers: Any) -> None:
         help="which gates to list (default: those excluding a target; traced: those a --trace run evaluated)",
     )
     p.add_argument(
+        "--by",
+        choices=("file", "chain"),
+        default="file",
+        help=(
+            "group gates by file (default), or by chain: for each feature, every gate that must be lifted "
+            "together (Python gate → the JIT build filter it reaches → the CUDA gates in its sources), with "
+            "the combined verdict of the weakest link"
+        ),
+    )
+    p.add_argument(
         "--trace",
         metavar="FILE",
         help=(
@@ -117,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     from liftgate.arch.parse import UnknownArchError, parse_target
     from liftgate.cli.progress import make_observer
     from liftgate.model import Status, Target
-    from liftgate.report import OutputFormat, RenderOptions, Show, render, select_gates, summary_line
+    from liftgate.report import GroupBy, OutputFormat, RenderOptions, Show, render, select_gates, summary_line
     from liftgate.scanner import parse_cuda_version, scan
     from liftgate.sources.interface import SourceError
 
@@ -170,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
             sdist=args.sdist,
             judge=args.judge or args.fail_on in ("blocked", "liftable", "hazard"),
             trace=trace,
+            chains=args.by == "chain",
         )
     except SourceError as exc:
         return _error(str(exc))
@@ -183,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         color=to_terminal and "NO_COLOR" not in os.environ,
         width=max(80, shutil.get_terminal_size((120, 24)).columns) if to_terminal else None,
         verbose=args.verbose,
+        by=GroupBy(args.by),
     )
     text = render(report, fmt, options)
     if args.output:

@@ -79,6 +79,59 @@ def choose_gates(
     return chosen, refused
 
 
+@dataclass(frozen=True)
+class ChainChoice:
+    """The gates ``lift --chain`` lifts, or why it refuses the whole chain."""
+
+    root: str
+    gate_ids: tuple[str, ...]
+    view: Any  # liftgate.chain.view.ChainView
+    refusal: str | None = None
+
+
+def choose_chain(es: EnvScan, target: Arch, gate_id: str, force: bool) -> ChainChoice:
+    """The chain of ``gate_id`` (its own, or the one chain that reaches it), judged for ``target``:
+    every gate of it that shuts the target out, lifted as one or not at all."""
+    from liftgate.chain import ChainContext, chains_of_gate, judge_members, view
+    from liftgate.chain.links import ROOT_KINDS
+    from liftgate.lift.plan import _resolve_ids
+    from liftgate.scanner import _read_text_lenient
+
+    (gate,) = _resolve_ids(es.report.gates, [gate_id])
+    if gate.kind in ROOT_KINDS:  # it starts its own chain: that one
+        chains = [ChainContext(es.report.gates, es.files, _read_text_lenient).chain(gate.id)]
+    else:  # the chains that reach it
+        chains = chains_of_gate(gate.id, es.report.gates, [target], es.files, _read_text_lenient)
+    if not chains:
+        raise PlanError(
+            f"{gate.id} starts no chain and is in none: lift it on its own (`liftgate lift {gate.id}`)"
+        )
+    if len(chains) > 1:
+        roots = ", ".join(c.root_id for c in chains)
+        raise PlanError(
+            f"{gate.id} is in {len(chains)} chains (roots {roots}): name the root to lift with --chain"
+        )
+    chain = chains[0]
+    if len(chain.links) == 1:
+        raise PlanError(f"{gate.id} leads to no other gate: lift it on its own (`liftgate lift {gate.id}`)")
+    verdicts = list(es.report.verdicts)
+    verdicts += judge_members([chain], es.report.gates, [target], es.files, _read_text_lenient, verdicts)
+    index = {(v.gate_id, v.target): v for v in verdicts}
+    seen = view(chain, {g.id: g for g in es.report.gates}, target, index)
+    if not seen.required:
+        return ChainChoice(
+            chain.root_id, (), seen, f"nothing in the chain of {chain.root_id} shuts {target.name} out"
+        )
+    if seen.verdict is VerdictKind.BLOCKED and not force:
+        why = "; ".join(seen.reasons[:2])
+        return ChainChoice(
+            chain.root_id, seen.required, seen,
+            f"the chain of {chain.root_id} is blocked for {target.name} (weakest link {why}); nothing applied "
+            "(--force lifts it anyway)",
+        )  # fmt: skip
+    return ChainChoice(chain.root_id, seen.required, seen)
+
+
 def plan_env(
     es: EnvScan,
     target: Arch,

@@ -9,12 +9,13 @@ gates to show, in which order); `summary_line` is the one line a scan prints to 
 from __future__ import annotations
 
 from liftgate.model import Report
-from liftgate.report.interface import Formatter, OutputFormat, RenderOptions, Show
+from liftgate.report.interface import Formatter, GroupBy, OutputFormat, RenderOptions, Show
 from liftgate.report.select import select_gates
 from liftgate.report.summary import summary_line
 
 __all__ = [
     "Formatter",
+    "GroupBy",
     "OutputFormat",
     "RenderOptions",
     "Show",

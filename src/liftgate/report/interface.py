@@ -32,6 +32,13 @@ class Show(str, enum.Enum):
     TRACED = "traced"  # the gates a traced run evaluated (scan --trace)
 
 
+class GroupBy(str, enum.Enum):
+    """How the gates are grouped (``scan --by``)."""
+
+    FILE = "file"  # by package and file
+    CHAIN = "chain"  # by gate chain: the gates to lift together for one feature
+
+
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
     """How to render a report. ``kinds=None`` means every gate kind; ``width=None`` means 120 columns."""
@@ -41,6 +48,7 @@ class RenderOptions:
     color: bool = False
     width: int | None = None
     verbose: bool = False
+    by: GroupBy = GroupBy.FILE
 
 
 class Formatter(Protocol):

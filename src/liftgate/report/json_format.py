@@ -27,7 +27,8 @@ from liftgate.model import (
     TraceSummary,
     Verdict,
 )
-from liftgate.report.interface import RenderOptions
+from liftgate.report.chains import chain_to_dict
+from liftgate.report.interface import GroupBy, RenderOptions
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
@@ -203,6 +204,11 @@ def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
         "skips": [_skip(skip) for skip in sorted(report.skips, key=skip_sort_key)],
         "notes": list(report.notes),
         **({"trace": trace_to_dict(report.trace)} if report.trace is not None else {}),
+        **(
+            {"chains": [chain_to_dict(report, c) for c in report.chains]}
+            if options.by is GroupBy.CHAIN
+            else {}
+        ),
     }
 
 

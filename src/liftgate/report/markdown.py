@@ -15,7 +15,8 @@ from itertools import groupby
 
 from liftgate.arch.core import Arch
 from liftgate.model import Confidence, Gate, Report, Status, Verdict, VerdictKind
-from liftgate.report.interface import RenderOptions, Show
+from liftgate.report.chains import chain_views, verdict_line
+from liftgate.report.interface import GroupBy, RenderOptions, Show
 from liftgate.report.select import (
     admits_text,
     condition_text,
@@ -222,6 +223,49 @@ def _hazards_block(
     ]
 
 
+def _chains_block(report: Report, options: RenderOptions) -> list[str]:
+    """``--by chain``: a section per chain with its verdict per target and the gates to lift together."""
+    if not report.chains:
+        return ["No gate chains: no gate that shuts a target out leads to other gates that do.", ""]
+    lines: list[str] = []
+    verdicts = report.verdict_index()
+    for chain in report.chains:
+        views = chain_views(report, chain)
+        lines += [f"### Chain {code_span(chain.root_id)}: {escape_text(views[0].title)}", ""]
+        lines += [f"- {escape_text(verdict_line(v))}" for v in views]
+        lines += [
+            "",
+            "| link | gate | where | condition | "
+            + " | ".join(escape_text(v.target.name) for v in views)
+            + " |",
+        ]
+        lines.append("|" + "|".join("---" for _ in range(4 + len(views))) + "|")
+        for i, member in enumerate(views[0].members):
+            if not any(v.members[i].required for v in views):
+                continue
+            loc = member.gate.location
+            cells = [
+                escape_text(member.link.relation),
+                code_span(member.gate.id),
+                code_span(f"{loc.path}:{loc.line}"),
+                code_span(condition_text(member.gate)),
+            ]
+            for v in views:
+                m = v.members[i]
+                verdict = verdicts.get((m.gate.id, v.target))
+                cells.append(
+                    _verdict_cell(verdict)
+                    if m.required and verdict
+                    else ("—" if not m.required else m.status.value)
+                )
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        for note in chain.notes:
+            lines.append(f"- note: {escape_text(note)}")
+        lines += [f"Lift as one: {code_span(f'liftgate lift --chain {chain.root_id}')}", ""]
+    return lines
+
+
 def _skips_block(report: Report) -> list[str]:
     if not report.skips:
         return []
@@ -250,6 +294,9 @@ class MarkdownFormatter:
         # Verdict columns only in a judged report, so that other reports render as they always did.
         verdicts = report.verdict_index() if report.verdicts else None
         gates = select_gates(report, options)
+        if options.by is GroupBy.CHAIN:
+            lines += _chains_block(report, options)
+            return "\n".join(lines).rstrip("\n") + "\n"
         if not gates:
             lines += [escape_text(nothing_selected(report, options)) + ".", ""]
         versions = {p.name: p.version for p in report.packages}

@@ -36,7 +36,8 @@ from liftgate.model import (
     Verdict,
     VerdictKind,
 )
-from liftgate.report.interface import RenderOptions
+from liftgate.report.chains import chain_text
+from liftgate.report.interface import GroupBy, RenderOptions
 from liftgate.report.select import (
     admits_text,
     condition_text,
@@ -49,7 +50,7 @@ from liftgate.report.select import (
     untraced_text,
     verdict_text,
 )
-from liftgate.report.summary import nothing_selected, package_verdict_counts
+from liftgate.report.summary import nothing_selected, package_verdict_counts, scope_text
 
 DEFAULT_WIDTH = 120
 FILE_INDENT = 2
@@ -388,6 +389,35 @@ def _print_skips(console: Console, report: Report, verbose: bool) -> None:
         console.print(Padding.indent(Text(skip.reason), TABLE_INDENT))
 
 
+def _chains_text(report: Report, options: RenderOptions, console: Console, out: io.StringIO) -> str:
+    """``--by chain``: each chain, its verdict per target and the gates to lift together."""
+    if not report.chains:
+        console.print(
+            Text(
+                f"no gate chains in {scope_text(report)}: no gate that shuts out "
+                f"{' or '.join(t.arch.name for t in distinct_targets(report))} leads to other gates that do"
+            )
+        )
+    for index, chain in enumerate(report.chains):
+        if index:
+            console.print()
+        for line, style in chain_text(report, chain, options.verbose):
+            console.print(Text(line, style=style, overflow="fold"))
+    in_chains = {g for c in report.chains for g in c.gate_ids}
+    rest = [g for g in select_gates(report, options) if g.id not in in_chains]
+    console.print()
+    console.print(
+        Text(
+            f"{plural(len(report.chains), 'chain')}; {plural(len(rest), 'other listed gate')} stand alone "
+            "(the default view lists them by file)",
+            style="dim",
+        )
+    )
+    for note in report.notes:
+        console.print(Text(f"note: {note}"))
+    return out.getvalue()
+
+
 class TableFormatter:
     """``--format table``: what a person reads in a terminal."""
 
@@ -404,6 +434,8 @@ class TableFormatter:
             force_jupyter=False,
             force_interactive=False,
         )
+        if options.by is GroupBy.CHAIN:
+            return _TRAILING_BLANKS.sub("", _chains_text(report, options, console, out))
         gates = select_gates(report, options)
         targets = distinct_targets(report)
         # Verdict columns only in a judged report, so that other reports render as they always did.

@@ -1,0 +1,151 @@
+"""A chain seen from one target: which of its gates must be lifted, and the combined verdict.
+
+A link is *required* for a target when its gate shuts the target out. Not required: gates that
+already admit it, and CUDA gates that admit an arch-specific variant of the target's capability
+(``defined(__CUDA_ARCH_SPECIFIC__)`` admits ``sm_120a``): the build's variant decides those, not
+the GPU, and lifting them for plain ``sm_120`` would be wrong.
+
+The combined verdict is the weakest link's: ``blocked`` if any required gate is blocked, else
+``unknown`` if any is unknown (or was not judged), else ``liftable``. A Python gate's own verdict
+is best effort (`liftgate.judge.pyregion`); when the chain reaches the JIT module its code builds,
+the module's gates speak for it, and its ``unknown`` does not count. Hazards that lifting the
+whole chain resolves (a filter lifted without the CUDA gates that compile out
+``griddepcontrol.wait``) are *covered*: they are the reason to lift the chain as one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from liftgate.arch.core import Arch
+from liftgate.model import Chain, ChainLink, Gate, GateKind, Status, Verdict, VerdictKind
+
+_MODULE = re.compile(r'JIT module "([^"]+)"')
+_GATE_ID = re.compile(r"\b(?:cu|cr|py|pb|cm)-[0-9a-f]{10}\b")
+_RANK = {VerdictKind.LIFTABLE: 0, VerdictKind.UNKNOWN: 1, VerdictKind.BLOCKED: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainMember:
+    link: ChainLink
+    gate: Gate
+    status: Status
+    verdict: Verdict | None
+    required: bool
+    why_not: str | None = None  # why a link is not required for the target
+
+
+@dataclass(frozen=True, slots=True)
+class ChainView:
+    chain: Chain
+    target: Arch
+    title: str
+    members: tuple[ChainMember, ...]
+    verdict: VerdictKind | None  # None: nothing in the chain shuts the target out
+    weakest: tuple[str, ...]  # the gates that decide the verdict
+    reasons: tuple[str, ...]
+    hazards: tuple[str, ...]  # not resolved by lifting the chain
+    covered: tuple[str, ...]  # resolved by lifting the chain together
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(m.gate.id for m in self.members if m.required)
+
+
+def title(chain: Chain, gates: Mapping[str, Gate]) -> str:
+    """``_resolve_backend() in sglang/srt/layers/flashinfer_comm_fusion.py: builds JIT module "trtllm_comm"``."""
+    root = gates[chain.root_id]
+    where = f"{root.location.package}: {root.location.path}:{root.location.line}"
+    modules = []
+    for link in chain.links:
+        gate = gates.get(link.gate_id)
+        if gate is not None and gate.kind is GateKind.PY_BUILD:
+            for item in gate.evidence:
+                m = _MODULE.search(item.text)
+                if m and m.group(1) not in modules:
+                    modules.append(m.group(1))
+    built = f"; builds JIT module {', '.join(modules)}" if modules else ""
+    return f"{where}{built}"
+
+
+def _why_not(gate: Gate, target: Arch) -> str | None:
+    status = gate.status(target)
+    if status is Status.ADMITTED:
+        return f"already admits {target.name}"
+    if gate.kind is GateKind.CUDA_PP:
+        variants = [a for a in gate.admitted if a.cc == target.cc and a != target]
+        if variants:
+            return (
+                f"admits {', '.join(a.name for a in variants)}: the variant the build compiles decides it, not the GPU "
+                f"(judge with --target {variants[0].name} if the build compiles it)"
+            )
+    return None
+
+
+def view(
+    chain: Chain, gates: Mapping[str, Gate], target: Arch, verdicts: Mapping[tuple[str, Arch], Verdict]
+) -> ChainView:
+    members: list[ChainMember] = []
+    for link in chain.links:
+        gate = gates.get(link.gate_id)
+        if gate is None:
+            continue
+        why_not = _why_not(gate, target)
+        members.append(
+            ChainMember(
+                link, gate, gate.status(target), verdicts.get((gate.id, target)), why_not is None, why_not
+            )
+        )
+    required = [m for m in members if m.required]
+    required_ids = {m.gate.id for m in required}
+    parent_of = {m.gate.id: m.link.parent_id for m in members}
+    above_required: set[str] = set()  # gates some required link descends from
+    for m in required:
+        parent = m.link.parent_id
+        while parent is not None and parent not in above_required:
+            above_required.add(parent)
+            parent = parent_of.get(parent)
+    worst: VerdictKind | None = None
+    weakest: list[str] = []
+    reasons: list[str] = []
+    for m in required:
+        if m.verdict is None:
+            kind, why = VerdictKind.UNKNOWN, "not judged"
+        else:
+            kind, why = m.verdict.kind, (m.verdict.reasons[0] if m.verdict.reasons else m.verdict.kind.value)
+        if kind is VerdictKind.UNKNOWN and m.gate.kind is GateKind.PY_RUNTIME and m.gate.id in above_required:
+            continue  # its best-effort verdict is superseded by the links the chain found under it
+        if worst is None or _RANK[kind] > _RANK[worst]:
+            worst, weakest, reasons = kind, [m.gate.id], [f"{m.gate.id}: {why}"]
+        elif kind is worst and kind is not VerdictKind.LIFTABLE:
+            weakest.append(m.gate.id)
+            reasons.append(f"{m.gate.id}: {why}")
+    if worst is None and required:
+        worst = VerdictKind.LIFTABLE
+    if worst is VerdictKind.LIFTABLE:
+        reasons = [f"every gate of the chain that shuts {target.name} out is liftable"]
+        weakest = []
+    hazards: list[str] = []
+    covered: list[str] = []
+    for m in required:
+        for hazard in m.verdict.hazards if m.verdict else ():
+            named = set(_GATE_ID.findall(hazard))
+            own_silent = hazard.startswith("silent exclusion:") and m.gate.kind is GateKind.CUDA_PP
+            if own_silent or (named and named <= required_ids):
+                if hazard not in covered:
+                    covered.append(hazard)
+            elif hazard not in hazards:
+                hazards.append(hazard)
+    return ChainView(
+        chain=chain,
+        target=target,
+        title=title(chain, gates),
+        members=tuple(members),
+        verdict=worst if required else None,
+        weakest=tuple(weakest),
+        reasons=tuple(reasons),
+        hazards=tuple(hazards),
+        covered=tuple(covered),
+    )
