@@ -65,6 +65,7 @@ READABLE_ADMITS = 20
 WRAP_VERDICT = 24  # one that does not fit beside the condition wraps at this width, then narrower
 MIN_VERDICT = len("liftable (hazard)")  # narrower only when the table cannot fit otherwise
 MIN_VERDICT_WORD = len("liftable")  # the longest word of a verdict: "blocked:", "(hazard)"
+TRACED_WIDTH = 60  # the condition column's width wanted for a "traced:" line
 
 _ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
 _TRAILING_BLANKS = re.compile(r"(?:\x1b\[[0-9;]*m| )+$", re.MULTILINE)
@@ -135,6 +136,7 @@ def _layout(
     width: int,
     verdicts: VerdictIndex | None = None,
     color: bool = False,
+    traced: Sequence[str] = (),
 ) -> _Layout:
     kinds = {gate.kind for gate in gates}
     line = max(len("line"), *(len(str(g.location.line)) for g in gates))
@@ -146,6 +148,9 @@ def _layout(
     columns = len(fixed) + 2 + (len(targets) if verdicts is not None else 0)
     available = width - TABLE_INDENT - sum(fixed) - COLUMN_GAP * (columns - 1)
     condition_need = max(len("condition"), *(len(condition_text(g)) for g in gates))
+    if traced:
+        # The "traced:" line sits under the condition: give it room to read, not one word a line.
+        condition_need = max(condition_need, min(TRACED_WIDTH, max(len(t) for t in traced)))
     admits_need = max(len("admits"), *(len(_admits_cell_text(g)) for g in gates))
     verdict_widths = None
     if verdicts is not None:
@@ -444,7 +449,12 @@ class TableFormatter:
         if not gates:
             console.print(Text(nothing_selected(report, options)))
         else:
-            layout = _layout(gates, targets, console.width, verdicts, options.color)
+            traced_lines = [
+                "traced: " + trace_text(traced[g.id], bool(report.trace and report.trace.probed))
+                for g in gates
+                if traced and g.id in traced
+            ]
+            layout = _layout(gates, targets, console.width, verdicts, options.color, traced_lines)
             versions = {p.name: p.version for p in report.packages}
             by_package = groupby(gates, key=lambda g: (g.location.package, g.location.version))
             for index, ((name, version), package_gates) in enumerate(by_package):

@@ -234,22 +234,14 @@ def run_traced(
             notes=all_notes,
             liftgate_version=liftgate.__version__,
         )
-        if probes and trace.processes:
-            roots = {
-                os.path.normcase(os.path.realpath(entry))
-                for p in trace.processes
-                for entry in p.sys_path
-                if entry
-            }
-            probed = {str(p["path"]) for p in probes}
-            if not any(path.startswith(root + os.sep) for path in probed for root in roots):
-                where = environment or "this environment"
-                trace = _with_note(
-                    trace,
-                    f"gates were probed in {where}, but none of those files is on the traced Python's path "
-                    f"({', '.join(sorted({p.executable for p in trace.processes}))}): pass --env with the prefix "
-                    "the command's Python uses",
-                )
+        if probes and trace.processes and not trace.probes:
+            where = environment or "this environment"
+            trace = _with_note(
+                trace,
+                f"no gate probed in {where} ran: if the command's Python imports its packages from another "
+                f"environment ({', '.join(sorted({p.executable for p in trace.processes}))}), pass --env with "
+                "that prefix, or --source with the tree it imports",
+            )
         return TraceRun(trace, exit_code, error)
     finally:
         shutil.rmtree(work, ignore_errors=True)
