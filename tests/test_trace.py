@@ -90,8 +90,7 @@ def test_as_sm120_maps_every_query_to_its_gate(traced_env: Path) -> None:
         "vllm.platforms.Platform.has_device_capability",
         "triton.runtime.driver.active.get_current_target",
         "pynvml.nvmlDeviceGetCudaComputeCapability",
-        "cupy.cuda.Device.compute_capability",
-    }
+    }  # CuPy's Device.compute_capability is a compiled property: never wrapped, only probed
     assert all(q["as"] for q in doc["queries"]), "every answer under --as is marked"
     # vLLM's has_device_capability asks its own get_device_capability: one query, the outer one
     assert not any(q["api"].endswith("NvmlCudaPlatform.get_device_capability") for q in doc["queries"])
@@ -117,7 +116,9 @@ def test_as_sm120_maps_every_query_to_its_gate(traced_env: Path) -> None:
         "triton.runtime.driver.active.get_current_target → {backend='cuda', arch=120, warp_size=32} (--as)",
     )
     assert traced[ids[(ops, 41)]].queries == ("pynvml.nvmlDeviceGetCudaComputeCapability → (12, 0) (--as)",)
-    assert traced[ids[(ops, 47)]].queries == ("cupy.cuda.Device.compute_capability → '120' (--as)",)
+    cupy = traced[ids[(ops, 47)]]  # the stand-in raises like CuPy without a GPU: --as cannot answer it
+    assert cupy.outcomes == (("raised", 1),) and not cupy.queries
+    assert any("cupy.cuda.Device.compute_capability is not traced" in n for n in trace.notes)
     # is_sm90() is lru_cached: its one query came through the guard at ops.py:13, and the helper's
     # own `return … == 9` gate (excluded for 12.0) ran once
     helper = traced[ids[("tracepkg/caps.py", 10)]]
@@ -132,7 +133,7 @@ def test_as_sm120_maps_every_query_to_its_gate(traced_env: Path) -> None:
     assert script.site.path == str(PROGRAM) and script.site.package is None
     describe = next(u for u in trace.untraced if u.api == "torch.cuda.get_device_name")
     assert (describe.site.package, describe.site.package_path, describe.site.line) == ("tracepkg", ops, 53)
-    assert trace.queries == 9 and trace.matched_queries == 7
+    assert trace.queries == 8 and trace.matched_queries == 6
 
 
 def test_as_sm90_takes_the_other_sides(traced_env: Path) -> None:
@@ -147,8 +148,8 @@ def test_as_sm90_takes_the_other_sides(traced_env: Path) -> None:
         attention.agreement
         == "agrees: the scan says excluded for 9.0 (--as sm_90), and the run took the excluded side"
     )
-    cupy = traced[ids[("tracepkg/ops.py", 47)]]
-    assert cupy.outcomes == (("past", 1),) and cupy.took == "excluded"  # an if whose block was skipped
+    nvml = traced[ids[("tracepkg/ops.py", 41)]]
+    assert nvml.outcomes == (("past", 1),) and nvml.took == "admitted"  # a guard passed
 
 
 def test_without_as_the_real_answers_are_recorded_even_when_they_raise(traced_env: Path) -> None:
@@ -219,7 +220,7 @@ def test_scan_cli_shows_traced_gates_in_every_format(
     text = " ".join(table.out.split())  # the table wraps long cells
     assert "traced: ran 1×, took the admitted side (then 1)" in text
     assert "not in the scanned files" in text
-    assert "trace: 7 gates evaluated, 2 of 9 capability queries from a place with no gate" in table.err
+    assert "trace: 7 gates evaluated, 2 of 8 capability queries from a place with no gate" in table.err
     assert main(["scan", str(PACKAGE), "-t", "sm_120", "--trace", str(out), "-f", "json", "-q"]) == 0
     doc = json.loads(capsys.readouterr().out)
     from liftgate.report.json_format import load_schema as report_schema
@@ -328,3 +329,35 @@ def test_real_torch_cpu_build_answers_under_as(tmp_path: Path) -> None:
     assert proc.stdout.splitlines() == ["(12, 0)", "12 0 NVIDIA GeForce RTX 5090 101376"]
     apis = [q.api for q in load_trace(str(out)).queries]
     assert apis.count("torch.cuda.get_device_capability") == 1 and "torch.cuda.get_device_properties" in apis
+
+
+def test_a_shared_query_helper_feeds_only_the_predicate_that_called_it(tmp_path: Path) -> None:
+    """FlashInfer's utils.py: one helper queries the capability for every is_smXX_supported();
+    a query made for is_hopper() must not mark is_blackwell(), whose evidence names the same line."""
+    pkg = tmp_path / "helpers"
+    pkg.mkdir()
+    source = (
+        "import torch\n\n\n"
+        "def capability():\n    return torch.cuda.get_device_capability()\n\n\n"
+        "def is_hopper():\n    major, _ = capability()\n    return major == 9\n\n\n"
+        "def is_blackwell():\n    major, _ = capability()\n    return major == 10\n"
+    )
+    (pkg / "utils.py").write_text(source)
+    report = scan([str(pkg)], ["sm_90"])
+    by_line = {g.location.line: g.id for g in report.gates}
+    assert set(by_line) == {10, 15}
+    fs = str(pkg / "utils.py")
+    doc = {
+        "schema_version": "1",
+        "command": ["python", "x.py"],
+        "queries": [
+            {
+                "api": "torch.cuda.get_device_capability",
+                "answer": [9, 0],
+                "stack": [[fs, 5, "capability", ""], [fs, 9, "is_hopper", ""], ["/x.py", 1, "<module>", ""]],
+            }
+        ],
+    }
+    report = scan([str(pkg)], ["sm_90"], trace=trace_from_dict(doc))
+    assert report.trace is not None
+    assert [g.gate_id for g in report.trace.gates] == [by_line[10]]

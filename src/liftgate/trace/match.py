@@ -9,9 +9,10 @@ not placed (another release ran), and a note says so.
   does not have are placed by file and line.
 * A **capability query** was evaluated by every gate whose condition lines hold a frame of its
   stack: the helper's ``return major >= 9`` and the ``if`` that called the helper both did. When
-  no frame is in a condition, the answer went through a variable (``target =
-  get_current_target()``, then ``if target.arch >= 90``): a gate of the same file whose
-  evidence names the query's line was fed by it.
+  no frame is in a condition, the answer went through a variable (``major, _ = capability()``,
+  then ``return major == 9``): a gate in a function of the stack whose evidence names a place of
+  the stack was fed by it (and only that function's: FlashInfer's one query helper for every
+  ``is_smXX_supported`` feeds the predicate that called it, not its siblings).
   A query with no such frame is *untraced*: made from a file the scan did not include, or from
   a scanned file where the static analysis found no gate (a recall miss, or a query whose answer
   gates nothing, such as a log line). Both are listed, never hidden.
@@ -23,6 +24,7 @@ an ``if`` the then-block means admitted and the else-block (or skipping it) excl
 
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -98,6 +100,36 @@ def _placer(trace: Trace, files: Mapping[tuple[str, str | None], Mapping[str, st
                 roots.append(real)
     roots.sort(key=len, reverse=True)  # the deepest entry names the module
     return _Placer(by_real, by_rel, roots)
+
+
+class _FunctionSpans:
+    """The innermost function holding a line, per scanned Python file (parsed on demand)."""
+
+    def __init__(self, files: Mapping[tuple[str, str | None], Mapping[str, str]]) -> None:
+        self._fspath = {
+            (package, path): fs for (package, _v), paths in files.items() for path, fs in paths.items()
+        }
+        self._spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+
+    def _innermost(self, key: tuple[str, str], line: int) -> tuple[int, int] | None:
+        if key not in self._spans:
+            spans: list[tuple[int, int]] = []
+            fspath = self._fspath.get(key)
+            try:
+                with open(fspath or "", encoding="utf-8", errors="replace") as fh:
+                    tree = ast.parse(fh.read())
+            except (OSError, SyntaxError, ValueError, RecursionError):
+                tree = None
+            if tree is not None:
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        spans.append((node.lineno, node.end_lineno or node.lineno))
+            self._spans[key] = spans
+        holding = [s for s in self._spans[key] if s[0] <= line <= s[1]]
+        return max(holding, key=lambda s: s[0]) if holding else None
+
+    def same(self, key: tuple[str, str], a: int, b: int) -> bool:
+        return self._innermost(key, a) == self._innermost(key, b)
 
 
 def _read_took(gate: Gate, outcomes: Mapping[str, int]) -> str:
@@ -176,15 +208,27 @@ def match_trace(
             g for g in by_file.get(placed, ()) if g.location.span.start <= frame.line <= g.location.span.end
         ]
 
-    fed: dict[tuple[str, str, int], list[Gate]] = {}
-    for g in gate_list:
-        for item in g.evidence:
-            if item.path == g.location.path and item.line:
-                fed.setdefault((g.location.package, item.path, item.line), []).append(g)
+    functions = _FunctionSpans(files)
 
-    def fed_at(frame: Frame) -> list[Gate]:
-        placed = placer.place(frame)
-        return [] if placed is None else fed.get((placed[0], placed[1], frame.line), [])
+    def fed_by(stack: tuple[Frame, ...]) -> list[Gate]:
+        # The answer went into a variable first (``target = get_current_target()``, then ``if
+        # target.arch >= 90``; ``major, _ = capability()``, then ``return major == 9``): a gate
+        # of a function on the stack whose evidence names a place of the stack. A helper that
+        # queries for every predicate of its file feeds only those whose function called it.
+        placed = [(f, placer.place(f)) for f in stack]
+        where = {(p[0], p[1], f.line) for f, p in placed if p is not None}
+        found: list[Gate] = []
+        for frame, p in placed:
+            if p is None:
+                continue
+            for g in by_file.get(p, ()):
+                if g in found or not functions.same(p, frame.line, g.location.line):
+                    continue
+                if any(
+                    (g.location.package, e.path, e.line) in where for e in g.evidence if e.path and e.line
+                ):
+                    found.append(g)
+        return found
 
     outcomes: dict[str, dict[str, int]] = {}
     notes: list[str] = []
@@ -224,10 +268,7 @@ def match_trace(
                 if gate not in hit:
                     hit.append(gate)
         if not hit:
-            # The answer went into a variable first (``target = get_current_target()``, then
-            # ``if target.arch >= 90``): the gate's evidence names the query's line in its own file.
-            for frame in query.stack:
-                hit.extend(g for g in fed_at(frame) if g not in hit)
+            hit = fed_by(query.stack)
         shown = f"{query.api} → {query.render_answer()}"
         if hit:
             matched += 1

@@ -13,7 +13,8 @@ It records two things, each to a JSON-lines file per process in ``$LIFTGATE_TRAC
   / ``get_device_name`` / ``get_arch_list``, vLLM's platform (``get_device_capability``,
   ``has_device_capability``, ``is_device_capability``, ``is_device_capability_family``,
   ``get_device_name``), NVML (``nvmlDeviceGetCudaComputeCapability``, ``nvmlDeviceGetName``),
-  CuPy (``Device.compute_capability``, ``runtime.getDeviceProperties``) and Triton's
+  CuPy (``runtime.getDeviceProperties``; ``Device.compute_capability`` is a compiled property that
+  cannot be wrapped without breaking CuPy, so only the probes see it) and Triton's
   ``get_current_target``, each with its Python call stack and its answer. The APIs are wrapped
   when their module is imported (a post-import hook on ``sys.meta_path``); a query made inside
   another wrapped API (vLLM's platform asking torch) is part of the outer one. With
@@ -73,7 +74,6 @@ _WATCHED = (
     "vllm.platforms.cuda",
     "triton.backends.nvidia.driver",
     "cupy.cuda",
-    "cupy.cuda.device",
     "cupy.cuda.runtime",
     "cupy_backends.cuda.api.runtime",
 )
@@ -381,8 +381,18 @@ class Tracer:
                 self._patch_vllm(module, name)
             elif name == "triton.backends.nvidia.driver":
                 self._patch_triton(module)
-            elif name in ("cupy.cuda", "cupy.cuda.device"):
-                self._patch_cupy_device(module, name)
+            elif name == "cupy.cuda":
+                # Device.compute_capability is a property of a compiled (Cython) class: it cannot be
+                # wrapped without handing the program another class, which breaks CuPy (seen on an
+                # H200 with cupy-cuda13x 14.2). The probes still see the gates that read it.
+                self.note(
+                    "cupy.cuda.Device.compute_capability is not traced (a compiled property); "
+                    + (
+                        "--as does not change its answer"
+                        if self.as_arch
+                        else "gates reading it are still probed"
+                    )
+                )
             elif name in ("cupy.cuda.runtime", "cupy_backends.cuda.api.runtime"):
                 self._patch_cupy_runtime(module, name)
         except Exception as exc:
@@ -506,37 +516,6 @@ class Tracer:
         driver.get_current_target = self.wrap(
             "triton.runtime.driver.active.get_current_target", driver.get_current_target, target, method=True
         )
-
-    def _patch_cupy_device(self, module: ModuleType, name: str) -> None:
-        device = getattr(module, "Device", None)
-        if device is None or getattr(device, "__liftgate_traced__", False):
-            return
-        tracer = self
-        prop = getattr(device, "compute_capability", None)
-        if prop is None:
-            return
-
-        def read(dev: Any) -> Any:
-            return prop.__get__(dev, type(dev))
-
-        def answer(dev: Any) -> str:
-            return f"{self._arch().major}{self._arch().minor}"
-
-        getter = self.wrap("cupy.cuda.Device.compute_capability", read, answer, method=True)
-        try:
-            traced = type(
-                device.__name__,
-                (device,),
-                {"compute_capability": property(getter), "__module__": device.__module__},
-            )
-        except TypeError:
-            tracer.note(f"{name}.Device cannot be subclassed: its compute_capability is not traced")
-            return
-        setattr(traced, "__liftgate_traced__", True)  # noqa: B010 (a class attribute set after creation)
-        for mod_name in ("cupy.cuda", "cupy.cuda.device"):
-            mod = sys.modules.get(mod_name)
-            if mod is not None and getattr(mod, "Device", None) is device:
-                setattr(mod, "Device", traced)  # noqa: B010
 
     def _patch_cupy_runtime(self, module: ModuleType, name: str) -> None:
         original = getattr(module, "getDeviceProperties", None)
