@@ -27,11 +27,27 @@ for as in "" sm_120; do
     2>&1 | tee -a "$report"
   lg scan examples/trace_demo -t "${as:-sm_90}" --trace "$OUT/$name.json" --show traced --no-judge 2>&1 | tee -a "$report"
 done
-for as in "" sm_120; do
-  name=ssu${as:+_as_$as}
-  echo "== trace examples/selective_state_update.py ${as:+--as $as}" | tee -a "$report"
-  ( cd /tmp && OUT_NPY=/tmp/ssu_out.npy lg trace --env /tmp/fenv ${as:+--as $as} -o "$OUT/$name.json" \
-      -- python3 "$OLDPWD/examples/selective_state_update.py" ) 2>&1 | tail -25 | tee -a "$report"
-  lg scan --env /tmp/fenv -t "${as:-sm_90}" --trace "$OUT/$name.json" --show traced --no-judge --kind py-runtime \
+# FlashInfer's Mamba decode step: untraced twice (the first builds the JIT module), traced with probes twice
+# (the first also scans the environment for them), then
+# probes, with queries only, and as sm_120 (which builds the SM100 module for sm_120a: no kernel image)
+TIMEFORMAT=%R
+cd /tmp
+for mode in plain plain probes probes queries; do
+  case $mode in
+    plain) secs=$( { time OUT_NPY=/tmp/ssu.npy python3 "$OLDPWD/examples/selective_state_update.py" >/dev/null 2>&1; } 2>&1 ) ;;
+    probes) secs=$( { time OUT_NPY=/tmp/ssu.npy python3 -m liftgate trace -q --env /tmp/fenv -o "$OUT/ssu.json" \
+              -- python3 "$OLDPWD/examples/selective_state_update.py" >/dev/null 2>&1; } 2>&1 ) ;;
+    queries) secs=$( { time OUT_NPY=/tmp/ssu.npy python3 -m liftgate trace -q --no-probes -o /tmp/ssu_q.json \
+              -- python3 "$OLDPWD/examples/selective_state_update.py" >/dev/null 2>&1; } 2>&1 ) ;;
+  esac
+  echo "wall seconds, selective_state_update.py, $mode: $secs" | tee -a "$report"
+done
+cd "$OLDPWD"
+echo "== trace examples/selective_state_update.py --as sm_120" | tee -a "$report"
+( cd /tmp && OUT_NPY=/tmp/ssu.npy lg trace --env /tmp/fenv --as sm_120 -o "$OUT/ssu_as_sm_120.json" \
+    -- python3 "$OLDPWD/examples/selective_state_update.py" ) 2>&1 | tail -12 | tee -a "$report"
+for name in ssu:sm_90 ssu_as_sm_120:sm_120; do
+  echo "== scan --trace $OUT/${name%%:*}.json" | tee -a "$report"
+  lg scan --env /tmp/fenv -t "${name##*:}" --trace "$OUT/${name%%:*}.json" --show traced --no-judge --kind py-runtime \
     --kind py-build 2>&1 | tee -a "$report"
 done
