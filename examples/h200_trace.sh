@@ -28,8 +28,8 @@ for as in "" sm_120; do
   lg scan examples/trace_demo -t "${as:-sm_90}" --trace "$OUT/$name.json" --show traced --no-judge 2>&1 | tee -a "$report"
 done
 # FlashInfer's Mamba decode step: untraced twice (the first builds the JIT module), traced with probes twice
-# (the first also scans the environment for them), then
-# probes, with queries only, and as sm_120 (which builds the SM100 module for sm_120a: no kernel image)
+# (the first also scans the environment for them), with queries only, and as sm_120 (which builds the
+# SM100 module for sm_120a: no kernel image on an H200)
 TIMEFORMAT=%R
 cd /tmp
 for mode in plain plain probes probes queries; do
