@@ -361,3 +361,79 @@ def test_a_shared_query_helper_feeds_only_the_predicate_that_called_it(tmp_path:
     report = scan([str(pkg)], ["sm_90"], trace=trace_from_dict(doc))
     assert report.trace is not None
     assert [g.gate_id for g in report.trace.gates] == [by_line[10]]
+
+
+def _interpreters() -> list[str]:
+    """Other CPython versions on this machine (pyenv's, or on PATH): the injected tracer must run
+    on whichever Python the traced command uses (sys.monitoring from 3.12, sys.settrace before)."""
+    import glob
+    import shutil
+
+    found: dict[str, str] = {}
+    candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3")))
+    candidates += [p for v in ("3.9", "3.10", "3.12", "3.13") if (p := shutil.which(f"python{v}"))]
+    for path in candidates:
+        try:
+            out = subprocess.run(
+                [path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True, text=True, timeout=30, check=True,
+            ).stdout.strip()  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out != "{}.{}".format(*sys.version_info[:2]) and tuple(map(int, out.split("."))) >= (3, 9):
+            found.setdefault(out, path)
+    return [found[v] for v in sorted(found, key=lambda v: tuple(map(int, v.split("."))))]
+
+
+@pytest.mark.parametrize(
+    "python", _interpreters() or [pytest.param("", marks=pytest.mark.skip("no other CPython"))]
+)
+def test_the_same_trace_under_other_pythons(traced_env: Path, python: str) -> None:
+    out = traced_env / "t.json"
+    assert (
+        main(
+            [
+                "trace",
+                "-q",
+                "--source",
+                str(PACKAGE),
+                "--as",
+                "sm_120",
+                "-o",
+                str(out),
+                "--",
+                python,
+                str(PROGRAM),
+            ]
+        )
+        == 0
+    )
+    report = _scan(out)
+    assert report.trace is not None
+    ids = _by_line(report)
+    outcomes = {g.gate_id: g.outcomes for g in report.trace.gates}
+    assert outcomes[ids[("tracepkg/ops.py", 13)]] == (("past", 1),)
+    assert outcomes[ids[("tracepkg/ops.py", 19)]] == (("then", 1),)
+    assert outcomes[ids[("tracepkg/ops.py", 47)]] == (("raised", 1),)
+    assert len(report.trace.gates) == 7 and report.trace.queries == 8
+
+
+def test_probe_limit_stops_a_hot_gate_and_says_its_count_is_a_lower_bound(traced_env: Path) -> None:
+    loop = traced_env / "loop.py"
+    loop.write_text("from tracepkg import ops\n\nfor _ in range(50):\n    ops.attention()\n")
+    out = traced_env / "t.json"
+    code = main(
+        ["trace", "-q", "--source", str(PACKAGE), "--as", "sm_120", "--probe-limit", "5", "-o", str(out), "--",
+         sys.executable, str(loop)]
+    )  # fmt: skip
+    assert code == 0
+    trace = load_trace(str(out))
+    report = _scan(out)
+    gate_id = _by_line(report)[("tracepkg/ops.py", 19)]
+    assert gate_id in trace.limited
+    traced = report.trace.for_gate(gate_id)  # type: ignore[union-attr]
+    assert traced is not None and traced.limited and traced.outcomes == (("then", 5),)
+    from liftgate.report.select import trace_text
+
+    assert trace_text(traced).startswith("ran ≥5×, took the admitted side")
+    assert main(["trace", "--probe-limit", "0", "--", sys.executable, "-c", "pass"]) == 2

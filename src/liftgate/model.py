@@ -280,6 +280,7 @@ class GateTrace:
     took: str
     queries: tuple[str, ...] = ()
     queried: int = 0  # capability queries made for it (calls)
+    limited: bool = False  # the probe stopped at the probe limit: the counts are lower bounds
     synthetic: bool = False
     agreement: str | None = None  # how the run compares with the static evaluation
 

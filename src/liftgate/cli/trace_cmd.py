@@ -71,6 +71,16 @@ def configure_parser(subparsers: Any) -> None:
         action="store_true",
         help="record capability queries only (no static scan, no sys.settrace line tracing)",
     )
+    p.add_argument(
+        "--probe-limit",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help=(
+            "stop probing a gate once its condition ran N times in a process (its counts are then lower bounds: "
+            "a dispatch in a serving loop runs millions of times); default 10000"
+        ),
+    )
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="interrupt the command after this long")
     p.add_argument("--cache-dir", metavar="DIR", help="liftgate's scan cache directory")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
@@ -97,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
             return _error(str(exc))
     elif args.as_name:
         return _error("--as-name needs --as ARCH")
+    if args.probe_limit < 1:
+        return _error("--probe-limit must be at least 1")
     probes: list[dict[str, Any]] = []
     environment = (
         ", ".join(args.source) if args.source else (os.path.abspath(args.env) if args.env else sys.prefix)
@@ -123,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         probes=probes,
         environment=environment if probes else None,
         timeout=args.timeout,
+        probe_limit=args.probe_limit,
     )
     if result.error is not None:
         return _error(result.error)

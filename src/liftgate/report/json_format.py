@@ -113,6 +113,7 @@ def gate_trace_to_dict(traced: GateTrace) -> dict[str, Any]:
     return {
         "evaluations": traced.evaluations,
         "queried": traced.queried,
+        "limited": traced.limited,
         "outcomes": dict(traced.outcomes),
         "took": traced.took,
         "queries": list(traced.queries),

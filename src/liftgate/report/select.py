@@ -145,12 +145,12 @@ def trace_text(traced: GateTrace, probed: bool = True) -> str:
     """``ran 3×, took the admitted side (then 3); torch.cuda.get_device_capability → (12, 0) (--as)``."""
     if traced.outcomes:
         shown = ", ".join(f"{outcome} {count:,}" for outcome, count in traced.outcomes)
-        head = f"ran {traced.evaluations:,}×"
+        head = f"ran {'≥' if traced.limited else ''}{traced.evaluations:,}×"
         head += f", took the {traced.took} side ({shown})" if traced.took != "unknown" else f" ({shown})"
     elif probed:
         head = (
-            f"queried {traced.queried:,}× for it, but the condition was not seen running (the query raised, "
-            "or the probe was not set)"
+            f"fed by {plural(traced.queried, 'capability query', 'capability queries')}, but its condition did "
+            "not run (an earlier branch was taken, or the query raised)"
         )
     else:
         head = f"evaluated through {plural(traced.queried, 'capability query', 'capability queries')}"

@@ -108,6 +108,7 @@ class Trace:
     queries: tuple[Query, ...]
     probes: tuple[ProbeHit, ...]
     notes: tuple[str, ...] = ()
+    limited: tuple[str, ...] = ()  # gates whose probe stopped at the probe limit: counts are lower bounds
     environment: str | None = None  # the prefix whose gates were probed
     probed_gates: int = 0
     elapsed_s: float = 0.0
@@ -172,6 +173,7 @@ class Trace:
                 }
                 for p in self.probes
             ],
+            "limited": list(self.limited),
             "notes": list(self.notes),
         }
 
@@ -216,6 +218,7 @@ def merge(
     queries: dict[tuple[Any, ...], list[Any]] = {}
     probes: dict[tuple[str, str], list[Any]] = {}
     all_notes: list[str] = list(notes)
+    limited: list[str] = []
     damaged = 0
     for path in sorted(files):
         by_id: dict[int, tuple[Any, ...]] = {}
@@ -277,6 +280,10 @@ def merge(
                 pkey = (str(doc.get("gate", "")), str(doc.get("outcome", "")))
                 if pkey in probes:
                     probes[pkey][2] += int(doc.get("count", 1)) - 1
+            elif kind == "probe-limit":
+                gate = str(doc.get("gate", ""))
+                if gate and gate not in limited:
+                    limited.append(gate)
             elif kind == "note":
                 text = str(doc.get("text", ""))
                 if text and text not in all_notes:
@@ -321,6 +328,7 @@ def merge(
             )
         ),
         notes=tuple(all_notes),
+        limited=tuple(sorted(limited)),
         environment=environment,
         probed_gates=probed_gates,
         elapsed_s=elapsed_s,
@@ -396,6 +404,7 @@ def trace_from_dict(doc: Any, source: str = "") -> Trace:
                 for p in doc.get("probes", ())
             ),
             notes=tuple(str(n) for n in doc.get("notes", ())),
+            limited=tuple(str(g) for g in doc.get("limited", ())),
             environment=doc.get("environment"),
             probed_gates=int(doc.get("probed_gates", 0)),
             elapsed_s=float(doc.get("elapsed_s", 0.0)),

@@ -314,6 +314,7 @@ def match_trace(
                 took=took,
                 queries=tuple(query_lines.get(gate_id, ())),
                 queried=evaluated_by_query.get(gate_id, 0),
+                limited=gate_id in trace.limited,
                 synthetic=gate_id in synthetic_gates or (trace.as_arch is not None and bool(tally)),
                 agreement=_agreement(gate, took, caps, trace.as_arch.name if trace.as_arch else None),
             )

@@ -21,8 +21,9 @@ It records two things, each to a JSON-lines file per process in ``$LIFTGATE_TRAC
   ``$LIFTGATE_TRACE_AS`` they answer as another architecture, and every such answer is marked.
 * **gate probes** (``$LIFTGATE_TRACE_PROBES``, a JSON file written by ``liftgate trace`` from a
   static scan): each time a known Python gate's condition runs, and which way it went, seen by
-  ``sys.settrace`` line events in the functions that hold a gate only. This sees gates whose
-  capability answer came from a cache (``functools.lru_cache``), which the queries cannot.
+  line events in the functions that hold a gate only (``sys.monitoring`` on Python 3.12+, where
+  other functions cost one event each; ``sys.settrace`` before). This sees gates whose capability
+  answer came from a cache (``functools.lru_cache``), which the queries cannot.
 
 Each distinct record is written when first seen (so a process that dies keeps what it saw);
 counts are written at exit.
@@ -50,6 +51,7 @@ TraceFunction = Callable[[FrameType, str, Any], Any]
 ENV_DIR = "LIFTGATE_TRACE_DIR"
 ENV_AS = "LIFTGATE_TRACE_AS"
 ENV_PROBES = "LIFTGATE_TRACE_PROBES"
+ENV_PROBE_LIMIT = "LIFTGATE_TRACE_PROBE_LIMIT"
 FORMAT = 1
 MAX_FRAMES = 64
 MAX_RECORDS = 20000
@@ -161,7 +163,9 @@ class _Props:
 
 
 class Tracer:
-    def __init__(self, out_dir: str, as_arch: _AsArch | None, probes: list[Probe]) -> None:
+    def __init__(
+        self, out_dir: str, as_arch: _AsArch | None, probes: list[Probe], probe_limit: int = 10_000
+    ) -> None:
         self.out_dir = out_dir
         self.as_arch = as_arch
         self._lock = threading.RLock()
@@ -170,6 +174,9 @@ class Tracer:
         self._fh: IO[str] | None = None
         self._records: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._probe_counts: dict[tuple[str, str], int] = {}
+        self._gate_totals: dict[str, int] = {}
+        self.probe_limit = probe_limit
+        self.monitor: _Monitor | None = None
         self._dropped = 0
         self._patched: set[str] = set()
         self._probe_lines: dict[str, dict[int, Probe]] = {}  # realpath -> {line: probe}
@@ -603,12 +610,17 @@ class Tracer:
         return local
 
     def _tally(self, probe: Probe, outcome: str) -> None:
-        key = (probe.get("gate", ""), outcome)
+        gate = str(probe.get("gate", ""))
+        key = (gate, outcome)
         with self._lock:
             if self._pid != os.getpid():
                 self._open()
             count = self._probe_counts.get(key, 0)
             self._probe_counts[key] = count + 1
+            total = self._gate_totals.get(gate, 0) + 1
+            self._gate_totals[gate] = total
+        if total == self.probe_limit:
+            self._retire(probe)
         if count == 0:
             self._write(
                 {
@@ -621,6 +633,108 @@ class Tracer:
                     "stack": self._stack(sys._getframe(1)),
                 }
             )
+
+    def _retire(self, probe: Probe) -> None:
+        """A gate seen ``probe_limit`` times is not probed any more: a dispatch in a serving loop
+        runs millions of times, and its count is then a lower bound (``limited`` in the trace)."""
+        with self._lock:
+            for table in [*self._probe_lines.values(), *(t for t in self._code_probes.values() if t)]:
+                for line in [n for n, p in table.items() if p is probe]:
+                    del table[line]
+            for code in [c for c, t in self._code_probes.items() if t is not None and not t]:
+                self._code_probes[code] = None
+                if self.monitor is not None:
+                    self.monitor.stop(code)
+        self._write({"type": "probe-limit", "gate": probe.get("gate", ""), "limit": self.probe_limit})
+
+
+class _Monitor:
+    """Probes through ``sys.monitoring`` (Python 3.12+): a function without a probed gate costs one
+    callback, ever (its start event is then disabled); only functions holding a gate get line
+    events. ``sys.settrace`` pays a Python call on every function call for the whole run.
+
+    Per-frame state is kept per (thread, code object); a frame left by an exception has no
+    event of its own here, so its open condition is counted ``raised`` at the function's next
+    start, or at exit.
+    """
+
+    TOOL_IDS = (4, 3, 2)  # free for tools (0: debugger, 1: coverage, 5: optimizer)
+
+    def __init__(self, tracer: Tracer, tool: int) -> None:
+        self.tracer = tracer
+        self.tool = tool
+        self.open: dict[tuple[int, CodeType], Probe] = {}
+        self.enabled: set[CodeType] = set()
+
+    @classmethod
+    def start(cls, tracer: Tracer) -> _Monitor | None:
+        mon = sys.monitoring  # type: ignore[attr-defined]
+        for tool in cls.TOOL_IDS:
+            try:
+                mon.use_tool_id(tool, "liftgate-trace")
+            except ValueError:
+                continue  # another tool holds it
+            monitor = cls(tracer, tool)
+            events = mon.events
+            mon.register_callback(tool, events.PY_START, monitor.on_start)
+            mon.register_callback(tool, events.LINE, monitor.on_line)
+            mon.register_callback(tool, events.PY_RETURN, monitor.on_return)
+            mon.set_events(tool, events.PY_START)
+            return monitor
+        tracer.note("every sys.monitoring tool id is taken: probes fall back to sys.settrace")
+        return None
+
+    def on_start(self, code: CodeType, offset: int) -> Any:
+        mon = sys.monitoring  # type: ignore[attr-defined]
+        try:
+            probes = self.tracer._lines_of(code)
+        except Exception:
+            probes = None
+        if not probes:
+            return mon.DISABLE
+        if code not in self.enabled:
+            self.enabled.add(code)
+            mon.set_local_events(self.tool, code, mon.events.LINE | mon.events.PY_RETURN)
+        stale = self.open.pop((threading.get_ident(), code), None)
+        if stale is not None:
+            self.tracer._tally(stale, "raised")
+        return None
+
+    def on_line(self, code: CodeType, line: int) -> Any:
+        try:
+            key = (threading.get_ident(), code)
+            current = self.open.get(key)
+            if current is not None:
+                first, last = current["lines"]
+                if first <= line <= last:
+                    return None
+                del self.open[key]
+                self.tracer._tally(current, _outcome(current, line))
+            probe = (self.tracer._code_probes.get(code) or {}).get(line)
+            if probe is not None:
+                if probe.get("branches"):
+                    self.open[key] = probe
+                else:
+                    self.tracer._tally(probe, "evaluated")
+        except Exception:
+            pass
+        return None
+
+    def on_return(self, code: CodeType, offset: int, value: object) -> Any:
+        current = self.open.pop((threading.get_ident(), code), None)
+        if current is not None:
+            self.tracer._tally(current, "returned")
+        return None
+
+    def stop(self, code: CodeType) -> None:
+        """No more events for ``code``: its probes are all retired."""
+        with contextlib.suppress(Exception):
+            sys.monitoring.set_local_events(self.tool, code, 0)  # type: ignore[attr-defined]
+
+    def flush(self) -> None:
+        for probe in list(self.open.values()):
+            self.tracer._tally(probe, "raised")
+        self.open.clear()
 
 
 def _outcome(probe: Probe, line: int) -> str:
@@ -707,7 +821,11 @@ def start() -> Tracer | None:
                 probes = list(json.load(fh).get("probes", []))
         except (OSError, ValueError, AttributeError) as exc:
             notes.append(f"{probes_file}: gate probes not loaded ({exc})")
-    tracer = Tracer(out_dir, as_arch, probes)
+    try:
+        limit = int(os.environ.get(ENV_PROBE_LIMIT, "") or 10_000)
+    except ValueError:
+        limit = 10_000
+    tracer = Tracer(out_dir, as_arch, probes, max(limit, 1))
     _TRACER = tracer
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=tracer.after_fork)
@@ -719,8 +837,13 @@ def start() -> Tracer | None:
         if module is not None:
             tracer.patch(name, module)
     if probes:
-        sys.settrace(tracer.global_trace)
-        threading.settrace(tracer.global_trace)
+        monitor = _Monitor.start(tracer) if hasattr(sys, "monitoring") else None
+        tracer.monitor = monitor
+        if monitor is None:
+            sys.settrace(tracer.global_trace)
+            threading.settrace(tracer.global_trace)
+        else:
+            atexit.register(monitor.flush)
     atexit.register(tracer.flush_counts)
     tracer._write({"type": "started"})
     return tracer

@@ -145,6 +145,7 @@ def traced_environment(
     records: str,
     as_spec: Mapping[str, Any] | None,
     probes_file: str | None,
+    probe_limit: int | None = None,
 ) -> dict[str, str]:
     env = dict(base)
     env["PYTHONPATH"] = inject + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
@@ -155,6 +156,9 @@ def traced_environment(
         env[runtime.ENV_AS] = json.dumps(dict(as_spec))
     if probes_file is not None:
         env[runtime.ENV_PROBES] = probes_file
+    env.pop(runtime.ENV_PROBE_LIMIT, None)
+    if probe_limit is not None:
+        env[runtime.ENV_PROBE_LIMIT] = str(probe_limit)
     return env
 
 
@@ -169,6 +173,7 @@ def run_traced(
     cwd: str | None = None,
     timeout: float | None = None,
     notes: Sequence[str] = (),
+    probe_limit: int | None = None,
 ) -> TraceRun:
     """Run ``command`` traced; the trace is returned whatever the command's exit status."""
     import liftgate
@@ -191,6 +196,7 @@ def run_traced(
             records,
             as_arch_spec(as_arch, as_limits) if as_arch else None,
             probes_file,
+            probe_limit,
         )
         exit_code: int | None
         error = None
