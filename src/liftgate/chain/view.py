@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from liftgate.arch.core import Arch
 from liftgate.model import Chain, ChainLink, Gate, GateKind, Status, Verdict, VerdictKind
@@ -35,6 +35,7 @@ class ChainMember:
     verdict: Verdict | None
     required: bool
     why_not: str | None = None  # why a link is not required for the target
+    superseded: bool = False  # its own best-effort "unknown" gives way to the links found under it
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,7 @@ def view(
             above_required.add(parent)
             parent = parent_of.get(parent)
     worst: VerdictKind | None = None
+    superseded: set[str] = set()
     weakest: list[str] = []
     reasons: list[str] = []
     for m in required:
@@ -116,6 +118,7 @@ def view(
         else:
             kind, why = m.verdict.kind, (m.verdict.reasons[0] if m.verdict.reasons else m.verdict.kind.value)
         if kind is VerdictKind.UNKNOWN and m.gate.kind is GateKind.PY_RUNTIME and m.gate.id in above_required:
+            superseded.add(m.gate.id)
             continue  # its best-effort verdict is superseded by the links the chain found under it
         if worst is None or _RANK[kind] > _RANK[worst]:
             worst, weakest, reasons = kind, [m.gate.id], [f"{m.gate.id}: {why}"]
@@ -138,6 +141,8 @@ def view(
                     covered.append(hazard)
             elif hazard not in hazards:
                 hazards.append(hazard)
+    if superseded:
+        members = [replace(m, superseded=True) if m.gate.id in superseded else m for m in members]
     return ChainView(
         chain=chain,
         target=target,

@@ -54,6 +54,8 @@ def member_line(member: ChainMember, target: Arch, verdict: Verdict | None) -> s
     gate = member.gate
     loc = gate.location
     shown = verdict_text(verdict) if verdict is not None else member.status.value
+    if member.superseded:
+        shown += ", decided by its links"
     return (
         f"{member.link.relation:<8} {gate.id}  {loc.package}: {loc.path}:{loc.line}  "
         f"{condition_text(gate)[:90]}  [{target.name}: {shown}]"
