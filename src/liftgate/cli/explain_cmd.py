@@ -173,7 +173,7 @@ def _chains(
     ]
     for chain in chains:
         text.append("")
-        text += [line for line, _style in chain_text(report, chain, verbose=True)]
+        text += [line for line, _style in chain_text(report, chain, verbose=True, list_covered=False)]
     return [chain_to_dict(report, c) for c in chains], "\n".join(text) + "\n"
 
 

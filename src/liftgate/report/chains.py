@@ -98,8 +98,13 @@ def chain_to_dict(report: Report, chain: Chain) -> dict[str, Any]:
     }
 
 
-def chain_text(report: Report, chain: Chain, verbose: bool = False) -> list[tuple[str, str]]:
-    """The chain as (line, style) pairs for the terminal; styles are rich style names or ''."""
+def chain_text(
+    report: Report, chain: Chain, verbose: bool = False, list_covered: bool | None = None
+) -> list[tuple[str, str]]:
+    """The chain as (line, style) pairs for the terminal; styles are rich style names or ''.
+    ``verbose`` shows every step of every link and (unless ``list_covered`` says otherwise) the
+    hazards lifting the chain covers."""
+    list_covered = verbose if list_covered is None else list_covered
     views = chain_views(report, chain)
     if not views:
         return []
@@ -109,7 +114,7 @@ def chain_text(report: Report, chain: Chain, verbose: bool = False) -> list[tupl
         lines.append((f"  {verdict_line(v)}", styles.get(v.verdict.value, "") if v.verdict else "dim"))
         for hazard in v.hazards:
             lines.append((f"    ! hazard: {hazard}", "yellow"))
-        if verbose:
+        if list_covered:
             for hazard in v.covered:
                 lines.append((f"    covered: {hazard}", "dim"))
     first = views[0]
