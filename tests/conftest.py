@@ -63,3 +63,14 @@ def fetch_release(spec: str) -> str:
 
     path, _reused = fetch(FetchRequest.parse(spec, Requirement(spec)), cache_root=cache_root())
     return path
+
+
+def sha256_snapshot(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (but bytecode caches and liftgate's journal) by path, with its sha256."""
+    import hashlib
+
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and ".liftgate" not in p.parts
+    }

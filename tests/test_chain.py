@@ -9,13 +9,13 @@ one CUDA gate that compiles code out on sm_120; ``lift --chain`` lifts those thr
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from conftest import sha256_snapshot
 from liftgate.arch.core import Arch
 from liftgate.chain import ChainContext, chains_of_gate, listed_chains, view
 from liftgate.chain.callgraph import CallGraph
@@ -163,27 +163,19 @@ def _install(tmp_path: Path, fake_env) -> Path:  # type: ignore[no-untyped-def]
     return site
 
 
-def _digests(site: Path) -> dict[str, str]:
-    return {
-        p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in site.rglob("*")
-        if p.is_file() and ".liftgate" not in p.parts
-    }
-
-
 def test_lift_chain_lifts_the_three_gates_as_one_and_reverts(
     tmp_path: Path, fake_env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     site = _install(tmp_path, fake_env)
     env = str(tmp_path / "env")
-    stock = _digests(site)
+    stock = sha256_snapshot(site)
     report = scan([], ["sm_120"], env=env)
     guard = _gate(report, "app/fusion.py", "# root:")
     assert main(["lift", "--chain", guard.id, "--env", env, "-t", "sm_120", "--yes"]) == 0
     err = capsys.readouterr().err
     assert f"chain {guard.id}: 3 gate(s) shut sm_120 out; combined verdict liftable" in err
-    lifted = _digests(site)
+    lifted = sha256_snapshot(site)
     assert sorted(k for k in stock if stock[k] != lifted[k]) == [
         "app/fusion.py",
         "kernlib/data/include/kernlib/comm.cuh",
@@ -203,7 +195,7 @@ def test_lift_chain_lifts_the_three_gates_as_one_and_reverts(
         assert gate.status(SM120).value == "admitted", path
     ast.parse((site / "app" / "fusion.py").read_text())
     assert main(["revert", "--all", "--env", env]) == 0
-    assert _digests(site) == stock
+    assert sha256_snapshot(site) == stock
 
 
 def _line_text(site: Path, gate: Gate) -> str:
@@ -216,12 +208,12 @@ def test_lift_chain_refuses_a_blocked_chain_whole(
 ) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     site = _install(tmp_path, fake_env)
-    stock = _digests(site)
+    stock = sha256_snapshot(site)
     env = str(tmp_path / "env")
     guard = _gate(scan([], ["sm_80"], env=env), "app/fusion.py", "# root:")
     assert main(["lift", "--chain", guard.id, "--env", env, "-t", "sm_80", "--yes"]) == 1
     assert "is blocked for sm_80 (weakest link" in capsys.readouterr().err
-    assert _digests(site) == stock
+    assert sha256_snapshot(site) == stock
     assert main(["lift", "--chain", guard.id, "py-0", "--env", env, "-t", "sm_80"]) == 2
 
 

@@ -11,7 +11,6 @@ unchanged), the exported series applies with ``patch -p1`` to fresh unpacked whe
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import py_compile
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fetch_release
+from conftest import fetch_release, sha256_snapshot
 from liftgate.arch.core import Arch
 from liftgate.cli.main import main
 from liftgate.lift.workflow import apply_plan, choose_chain, choose_gates, export_series, plan_env, scan_env
@@ -61,14 +60,6 @@ def _venv(dest: Path, wheels: list[str]) -> Path:
     return site
 
 
-def _snapshot(site: Path) -> dict[str, str]:
-    return {
-        p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in site.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    }
-
-
 def _preprocess(nvcc: str, site: Path, arch: str) -> str:
     data = site / "flashinfer" / "data"
     out = subprocess.run(
@@ -84,7 +75,7 @@ def test_lift_allreduce_fusion_for_sm120_export_reapply_and_revert(tmp_path: Pat
     wheels = [fetch_release("flashinfer-python==0.6.2"), fetch_release("sglang==0.5.23")]
     env = tmp_path / "env"
     site = _venv(env, wheels)
-    stock = _snapshot(site)
+    stock = sha256_snapshot(site)
 
     es = scan_env(str(env), SM120, judge=lambda g: g.location.path in (HEADER, COMM_PY, SGLANG_PY))
     header_gates = [g for g in es.report.gates if g.location.path == HEADER and g.condition == CONDITION]
@@ -127,7 +118,7 @@ def test_lift_allreduce_fusion_for_sm120_export_reapply_and_revert(tmp_path: Pat
 
     doc = apply_plan(plan, str(env))
     assert doc["state"] == "applied"
-    lifted = _snapshot(site)
+    lifted = sha256_snapshot(site)
     assert {k for k in stock if stock[k] != lifted[k]} == {HEADER, COMM_PY, SGLANG_PY}
 
     # Scanned again: the 15 gates admit sm_120, and no other gate of either package changed.
@@ -191,6 +182,6 @@ def test_lift_allreduce_fusion_for_sm120_export_reapply_and_revert(tmp_path: Pat
     assert meta["target"] == "sm_120" and len(meta["gates"]) == 15
 
     assert main(["revert", "--all", "--env", str(env)]) == 0
-    assert _snapshot(site) == stock
+    assert sha256_snapshot(site) == stock
     assert main(["revert", "--all", "--env", str(env2)]) == 0
     assert os.path.isdir(env / ".liftgate")

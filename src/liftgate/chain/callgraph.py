@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from liftgate.detect.python import module_name_for
+from liftgate.detect.python import module_name_for, resolve_relative
 
 MAX_RESOLVE_DEPTH = 8  # alias / re-export hops followed for one name
 
@@ -78,21 +78,15 @@ class Module:
     path: str
     tree: ast.Module
     is_package: bool
-    symbols: dict[str, list[object]] = field(
-        default_factory=dict
-    )  # _Import | Function | ClassInfo | ast.expr
+    # name -> what binds it: _Import, ("def" | "class", qualname), or an alias expression
+    symbols: dict[str, list[object]] = field(default_factory=dict)
     functions: list[Function] = field(default_factory=list)
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     calls: list[tuple[int, Function, ast.Call]] = field(default_factory=list)  # by line, in functions
     calls_by_name: dict[str, list[tuple[Function, ast.Call]]] = field(default_factory=dict)
 
     def resolve_relative(self, level: int, module: str | None) -> str:
-        base = self.name.split(".") if self.name else []
-        if not self.is_package:
-            base = base[:-1]
-        if level > 1:
-            base = base[: len(base) - (level - 1)] if level - 1 <= len(base) else []
-        return ".".join(p for p in [*base, *(module.split(".") if module else [])] if p)
+        return resolve_relative(self.name, self.is_package, level, module)
 
     def function_at(self, line: int) -> Function | None:
         """The innermost function whose lines hold ``line``."""

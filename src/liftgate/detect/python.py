@@ -122,6 +122,17 @@ def module_name_for(path: str) -> str:
     return ".".join(parts)
 
 
+def resolve_relative(importer: str, is_package: bool, level: int, module: str | None) -> str:
+    """The absolute name of ``from {'.' * level}{module} import …`` written in module ``importer``."""
+    base = importer.split(".") if importer else []
+    if not is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)] if level - 1 <= len(base) else []
+    parts = [*base, *(module.split(".") if module else [])]
+    return ".".join(p for p in parts if p)
+
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LONG_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,}")
 _STATEMENT_KEYWORD = re.compile(r"^\s*(?:elif|if|while|for|async\s+for)\b")
@@ -187,13 +198,7 @@ class Module:
         return "".join([first, *lines[start : end - 1], last])
 
     def resolve_relative(self, level: int, module: str | None) -> str:
-        base = self.name.split(".") if self.name else []
-        if not self.is_package:
-            base = base[:-1]
-        if level > 1:
-            base = base[: len(base) - (level - 1)] if level - 1 <= len(base) else []
-        parts = [*base, *(module.split(".") if module else [])]
-        return ".".join(p for p in parts if p)
+        return resolve_relative(self.name, self.is_package, level, module)
 
 
 def _collect_bindings(module: Module) -> None:

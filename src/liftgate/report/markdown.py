@@ -26,6 +26,7 @@ from liftgate.report.select import (
     select_gates,
     skip_sort_key,
     target_label,
+    trace_summary_lines,
     trace_text,
 )
 from liftgate.report.summary import nothing_selected, package_verdict_counts, summary_line
@@ -139,14 +140,7 @@ def _trace_block(report: Report) -> list[str]:
             "not the device.",
             "",
         ]
-    lines += [
-        f"- {trace.queries:,} capability queries ({trace.distinct_queries:,} distinct); "
-        f"{trace.matched_queries:,} distinct made while a gate of this scan was evaluated",
-        f"- {len(trace.gates):,} gates evaluated by the run",
-    ]
-    differs = [g for g in trace.gates if g.agreement and g.agreement.startswith("differs")]
-    if differs:
-        lines.append(f"- {len(differs):,} gates where the run took another side than the scan says")
+    lines += [f"- {escape_text(line)}" for line in trace_summary_lines(trace)]
     lines.append("")
     if trace.untraced:
         count = sum(u.count for u in trace.untraced)

@@ -19,6 +19,7 @@ from liftgate.model import (
     Skip,
     Status,
     Target,
+    TraceSummary,
     UntracedQuery,
     Verdict,
     VerdictKind,
@@ -160,6 +161,19 @@ def trace_text(traced: GateTrace, probed: bool = True) -> str:
     elif traced.synthetic:
         head += " (--as)"
     return head
+
+
+def trace_summary_lines(trace: TraceSummary) -> list[str]:
+    """The counts every format gives under its rows: queries, gates evaluated, disagreements."""
+    lines = [
+        f"{plural(trace.queries, 'capability query', 'capability queries')} ({trace.distinct_queries:,} "
+        f"distinct); {trace.matched_queries:,} distinct made while a gate of this scan was evaluated",
+        f"{plural(len(trace.gates), 'gate')} evaluated by the run",
+    ]
+    differs = [g for g in trace.gates if g.agreement and g.agreement.startswith("differs")]
+    if differs:
+        lines.append(f"{plural(len(differs), 'gate')} where the run took another side than the scan says")
+    return lines
 
 
 def untraced_text(query: UntracedQuery) -> str:

@@ -46,6 +46,7 @@ from liftgate.report.select import (
     select_gates,
     skip_sort_key,
     target_label,
+    trace_summary_lines,
     trace_text,
     untraced_text,
     verdict_text,
@@ -335,14 +336,8 @@ def _print_trace(console: Console, trace: TraceSummary, verbose: bool) -> None:
         head += f", answered as {trace.as_arch}: a what-if, every such answer marked (--as)"
     console.print(Text(head, style="bold"))
     untraced = sum(u.count for u in trace.untraced)
-    lines = [
-        f"{plural(trace.queries, 'capability query', 'capability queries')} ({trace.distinct_queries:,} "
-        f"distinct); {trace.matched_queries:,} distinct made while a gate of this scan was evaluated",
-        f"{plural(len(trace.gates), 'gate')} evaluated by the run (marked 'traced:' above)",
-    ]
-    differs = [g for g in trace.gates if g.agreement and g.agreement.startswith("differs")]
-    if differs:
-        lines.append(f"{plural(len(differs), 'gate')} where the run took another side than the scan says")
+    lines = trace_summary_lines(trace)
+    lines[1] += " (marked 'traced:' above)"
     for line in lines:
         console.print(Padding.indent(Text(line), FILE_INDENT))
     if trace.untraced:
