@@ -7,7 +7,7 @@
 # admits 9.x; the lifted header preprocesses for sm_90a exactly as stock, see
 # tests/test_lift_acceptance.py) and the workload does not call FlashInfer: the A/B should find no
 # difference, and says so. Expects the wheels in .whl/ (flashinfer-python 0.6.2, apache-tvm-ffi,
-# platformdirs, pyelftools); writes under ${OUT:-out}.
+# platformdirs, pyelftools); writes under ${OUT:-out}. NPROC=1 rehearses it on one GPU.
 set -uo pipefail
 # NVLink multicast stays off, in this shell and in every child (torchrun, its ranks, liftgate's runs)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -30,7 +30,8 @@ lg lift --chain pb-0e30929539 --env /tmp/fenv -t sm_120a --yes 2>&1 | tail -8 | 
 lift_id=$(lg status --env /tmp/fenv --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["lifts"][0]["lift_id"])')
 lg verify "$lift_id" --env /tmp/fenv --runs 3 --warmup 1 --metric tokens_per_s=tokens_per_s \
   --metric allreduce_busbw_gb_s=allreduce_busbw_gb_s --workdir /tmp/lgverify --format json -o "$OUT/verify.json" \
-  --plot "$OUT/verify.png" -- python3 -m torch.distributed.run --nproc_per_node 2 "$PWD/examples/tp_allreduce.py"
+  --plot "$OUT/verify.png" -- python3 -m torch.distributed.run --nproc_per_node "${NPROC:-2}" \
+  "$PWD/examples/tp_allreduce.py"
 echo "verify exit code: $?" | tee -a "$OUT/lift.txt"
 python3 -c 'import json, sys
 from liftgate.verify.report import outcome_from_json, render_markdown
