@@ -247,3 +247,29 @@ def test_callgraph_resolution(tmp_path: Path) -> None:
     assert [(c.caller.qualname, c.line) for c in graph.callers(exported)] == [("caller", 11)]
     helper = next(f for f in impl.functions if f.qualname == "helper")
     assert sorted(c.caller.qualname for c in graph.callers(helper)) == ["caller", "exported"]
+
+
+def test_unparsable_and_deeply_nested_python_never_stops_a_chain(tmp_path: Path) -> None:
+    """A file that does not parse, one too deep to walk, one not UTF-8: noted, never a crash."""
+    import shutil
+
+    app = tmp_path / "app"
+    shutil.copytree(FIXTURE / "app", app)
+    (app / "app" / "broken.py").write_text("def f(:\n    pass\n")
+    deep = " + ".join(["x"] * 5000)
+    (app / "app" / "deep.py").write_text(f"def g(x):\n    return {deep}\n")
+    (app / "app" / "latin1.py").write_bytes(b"# caf\xe9\ndef h():\n    return 1\n")
+    fusion = app / "app" / "fusion.py"
+    fusion.write_text(
+        fusion.read_text().replace(
+            "    manager.initialize()\n",
+            "    manager.initialize()\n    from app import broken, deep, latin1\n"
+            "    broken.f()\n    deep.g(1)\n    latin1.h()\n",
+        )
+    )
+    files: dict[tuple[str, str | None], dict[str, str]] = {}
+    report = scan([str(app), str(FIXTURE / "kernlib")], ["sm_120"], files_out=files)
+    guard = _gate(report, "app/fusion.py", "# root:")
+    chain = ChainContext(report.gates, files, _read_text_lenient).chain(guard.id)
+    assert len(chain.links) == 5  # the same chain as without the three files
+    assert any("could not be parsed" in note for note in chain.notes)

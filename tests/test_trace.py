@@ -17,6 +17,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from liftgate.cli.main import main
 from liftgate.model import Report, TraceSummary
@@ -437,3 +439,27 @@ def test_probe_limit_stops_a_hot_gate_and_says_its_count_is_a_lower_bound(traced
 
     assert trace_text(traced).startswith("ran ≥5×, took the admitted side")
     assert main(["trace", "--probe-limit", "0", "--", sys.executable, "-c", "pass"]) == 2
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["schema_version", "queries", "probes", "processes", "as", "command", "limited", "notes"]
+        ),
+        _json,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_a_damaged_trace_document_is_a_trace_error_never_a_crash(doc: dict[str, object]) -> None:
+    doc.setdefault("schema_version", "1")
+    try:
+        trace_from_dict(doc, "fuzz.json")
+    except TraceError as exc:
+        assert "fuzz.json" in str(exc)
