@@ -528,9 +528,11 @@ def scan(
         _reset_worker()  # the in-process analysers hold whole packages' lexed headers
     all_gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
     all_skips.sort(key=lambda s: ((s.package or "").lower(), s.path))
+    # Each package's files, package path -> filesystem path: for callers, the judge, chains, the trace.
+    package_files = {(p.name, p.version): {f.path: f.fspath for f in p.files} for p in packages}
     if files_out is not None:
-        for p in packages:
-            files_out[(p.name, p.version)] = {f.path: f.fspath for f in p.files}
+        files_out.update(package_files)
+    archs = list(dict.fromkeys(t.arch for t in resolved_targets))
     verdicts: list[Verdict] = []
     if judge and resolved_targets:
         from liftgate.judge.verdict import judge_report
@@ -538,33 +540,20 @@ def scan(
         observer.start("judging the gated code", total=None)
         verdicts = judge_report(
             all_gates,
-            list(dict.fromkeys(t.arch for t in resolved_targets)),
-            [(p.name, p.version, {f.path: f.fspath for f in p.files}) for p in packages],
+            archs,
+            [(name, version, files) for (name, version), files in package_files.items()],
             _read_text_lenient,
             only=judge if callable(judge) else None,
         )
         observer.finish()
     found_chains: list[Chain] = []
     if chains and resolved_targets:
-        from liftgate.chain import chains_for_report, listed_chains
+        from liftgate.chain import chains_for_report, judge_members, listed_chains
 
         observer.start("following gate chains", total=None)
-        archs = list(dict.fromkeys(t.arch for t in resolved_targets))
-        package_files = {(p.name, p.version): {f.path: f.fspath for f in p.files} for p in packages}
         every = chains_for_report(all_gates, archs, package_files, _read_text_lenient)
         if judge:
-            judged = {v.gate_id for v in verdicts}
-            members = {g for c in every for g in c.gate_ids} - judged
-            if members:
-                from liftgate.judge.verdict import judge_report
-
-                verdicts += judge_report(
-                    all_gates,
-                    archs,
-                    [(p.name, p.version, {f.path: f.fspath for f in p.files}) for p in packages],
-                    _read_text_lenient,
-                    only=lambda g: g.id in members,
-                )
+            verdicts += judge_members(every, all_gates, archs, package_files, _read_text_lenient, verdicts)
         index = {(v.gate_id, v.target): v for v in verdicts}
         found_chains = listed_chains(every, {g.id: g for g in all_gates}, archs, index)
         observer.finish()
@@ -572,9 +561,7 @@ def scan(
     if trace is not None:
         from liftgate.trace.match import match_trace
 
-        trace_summary = match_trace(
-            trace, all_gates, {(p.name, p.version): {f.path: f.fspath for f in p.files} for p in packages}
-        )
+        trace_summary = match_trace(trace, all_gates, package_files)
     return Report(
         targets=resolved_targets,
         packages=tuple(summaries),

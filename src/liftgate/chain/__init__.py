@@ -83,12 +83,16 @@ def chains_of_gate(
     targets: Sequence[Arch],
     files: Mapping[tuple[str, str | None], Mapping[str, str]],
     read: Callable[[str], str | None],
+    reaching: bool = True,
 ) -> list[Chain]:
     """The chains ``gate_id`` belongs to: its own, when it can start one, then every chain of the
-    scan (from the roots that shut a target out) that reaches it."""
+    scan (from the roots that shut a target out) that reaches it. ``reaching=False`` stops at its
+    own chain when it has one (every root's chain is the costly part)."""
     ctx = ChainContext(gates, files, read)
     gate = ctx.gate(gate_id)
     found = [ctx.chain(gate_id)] if gate is not None and gate.kind in ROOT_KINDS else []
+    if found and not reaching:
+        return found
     others = [
         c
         for c in chains_for_report(gates, targets, files, read, ctx)
@@ -107,12 +111,18 @@ def judge_members(
     read: Callable[[str], str | None],
     already: Iterable[Verdict] = (),
 ) -> list[Verdict]:
-    """Verdicts for the chains' gates that ``already`` lacks (for the combined verdict)."""
+    """Verdicts for the chains' gates that ``already`` lacks, for the targets they shut out (the
+    judge gives none for a target a gate admits): what the combined verdict needs."""
     from liftgate.judge.verdict import judge_report
 
     have = {(v.gate_id, v.target) for v in already}
+    by_id = {g.id: g for g in gates}
     members = {g for c in chains for g in c.gate_ids}
-    todo = {g for g in members if any((g, t) not in have for t in targets)}
+    todo = {
+        g
+        for g in members
+        if any((g, t) not in have and by_id[g].status(t) is not Status.ADMITTED for t in targets)
+    }
     if not todo:
         return []
     return [

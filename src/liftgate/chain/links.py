@@ -28,10 +28,14 @@ import ast
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from liftgate.arch.core import ArchSet
 from liftgate.chain.callgraph import CallGraph, Function
 from liftgate.model import Chain, ChainLink, ElseKind, Gate, GateKind
+
+if TYPE_CHECKING:
+    from liftgate.judge.region import FileStore
 
 MAX_HOPS = 10  # calls followed from a root (callers and callees together)
 MAX_UP = 3  # caller levels a raising guard's continuation is followed up
@@ -51,7 +55,8 @@ class ChainContext:
     _by_id: dict[str, Gate] = field(init=False)
     _build_at: dict[int, list[Gate]] | None = None
     _guards_at: dict[int, list[Gate]] | None = None
-    _stores: dict[tuple[str, str | None], object] = field(default_factory=dict)
+    _stores: dict[tuple[str, str | None], FileStore] = field(default_factory=dict)
+    _cuda_at: dict[tuple[str, str | None, str], list[Gate]] | None = None  # CUDA gates by file
     _compiles: dict[str, list[ChainLink]] = field(default_factory=dict)
     _chains: dict[str, Chain] = field(default_factory=dict)
 
@@ -92,7 +97,7 @@ class ChainContext:
         assert self._guards_at is not None
         return self._guards_at.get(id(fn), [])
 
-    def _store(self, gate: Gate) -> object:
+    def _store(self, gate: Gate) -> FileStore:
         from liftgate.judge.region import FileStore
 
         key = (gate.location.package, gate.location.version)
@@ -116,28 +121,24 @@ class ChainContext:
         """The CUDA gates in the sources a build filter or CMake arch list compiles."""
         if gate.id in self._compiles:
             return self._compiles[gate.id]
-        from liftgate.judge.region import FileStore
         from liftgate.judge.verdict import _jit_sources
 
         store = self._store(gate)
-        assert isinstance(store, FileStore)
-        paths = self.files.get((gate.location.package, gate.location.version), {})
-        sources = _jit_sources(gate, sorted(paths))
+        package, version = gate.location.package, gate.location.version
+        sources = _jit_sources(gate, sorted(self.files.get((package, version), {})))
         builds_for = gate.admitted | gate.unknown
-        by_file: dict[str, list[Gate]] = {}
-        for g in self.gates:
-            if (
-                g.kind is GateKind.CUDA_PP
-                and g.location.package == gate.location.package
-                and g.location.version == gate.location.version
-            ):
-                by_file.setdefault(g.location.path, []).append(g)
+        if self._cuda_at is None:
+            self._cuda_at = {}
+            for g in self.gates:
+                if g.kind is GateKind.CUDA_PP:
+                    key = (g.location.package, g.location.version, g.location.path)
+                    self._cuda_at.setdefault(key, []).append(g)
         links: list[ChainLink] = []
         seen: set[str] = set()
         for source in sources:
             closure = store.closure(source)
             for member in closure:
-                for g in by_file.get(member, ()):
+                for g in self._cuda_at.get((package, version, member), ()):
                     if g.id in seen or not _obstacle(g, builds_for) or _defines_only(g, store):
                         continue
                     seen.add(g.id)
@@ -169,13 +170,10 @@ def _obstacle(gate: Gate, builds_for: ArchSet) -> bool:
     return bool((gate.admitted | gate.unknown) & builds_for)
 
 
-def _defines_only(gate: Gate, store: object) -> bool:
+def _defines_only(gate: Gate, store: FileStore) -> bool:
     """A gate whose region only defines macros (CUTLASS's ``#define CUTLASS_ARCH_MMA_SM100_ENABLED``
     for ``__CUDA_ARCH__ == 1000``): it selects another arch's features; lifting it would claim
     them. Its macro's users are gates of their own."""
-    from liftgate.judge.region import FileStore
-
-    assert isinstance(store, FileStore)
     info = store.file(gate.location.path)
     span = gate.then_span
     if info is None or span is None:

@@ -92,16 +92,13 @@ class ChainChoice:
 def choose_chain(es: EnvScan, target: Arch, gate_id: str, force: bool) -> ChainChoice:
     """The chain of ``gate_id`` (its own, or the one chain that reaches it), judged for ``target``:
     every gate of it that shuts the target out, lifted as one or not at all."""
-    from liftgate.chain import ChainContext, chains_of_gate, judge_members, view
-    from liftgate.chain.links import ROOT_KINDS
+    from liftgate.chain import chains_of_gate, judge_members, view
     from liftgate.lift.plan import _resolve_ids
     from liftgate.scanner import _read_text_lenient
 
     (gate,) = _resolve_ids(es.report.gates, [gate_id])
-    if gate.kind in ROOT_KINDS:  # it starts its own chain: that one
-        chains = [ChainContext(es.report.gates, es.files, _read_text_lenient).chain(gate.id)]
-    else:  # the chains that reach it
-        chains = chains_of_gate(gate.id, es.report.gates, [target], es.files, _read_text_lenient)
+    # A gate that starts a chain lifts its own; any other, the one chain that reaches it.
+    chains = chains_of_gate(gate.id, es.report.gates, [target], es.files, _read_text_lenient, reaching=False)
     if not chains:
         raise PlanError(
             f"{gate.id} starts no chain and is in none: lift it on its own (`liftgate lift {gate.id}`)"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from liftgate.arch.core import Arch
-from liftgate.chain.view import ChainMember, ChainView, view
-from liftgate.model import Chain, Gate, Report, Verdict
+from liftgate.chain.view import ChainMember, ChainView, title, view
+from liftgate.model import Chain, Report, Verdict
 from liftgate.report.select import condition_text, distinct_targets, verdict_text
 
 MAX_VIA_SHOWN = 3
@@ -64,11 +64,9 @@ def member_line(member: ChainMember, target: Arch, verdict: Verdict | None) -> s
 
 def chain_to_dict(report: Report, chain: Chain) -> dict[str, Any]:
     views = chain_views(report, chain)
-    gates = {g.id: g for g in report.gates}
-    root: Gate = gates[chain.root_id]
     return {
         "root": chain.root_id,
-        "title": views[0].title if views else f"{root.location.path}:{root.location.line}",
+        "title": title(chain, {g.id: g for g in report.gates}),
         "links": [
             {
                 "gate": link.gate_id,
