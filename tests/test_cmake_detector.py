@@ -13,7 +13,6 @@ import json
 import os
 import re
 import tempfile
-import time
 import urllib.request
 from functools import cache
 from pathlib import Path
@@ -975,14 +974,13 @@ def fetch_sdist(project: str, filename: str, sha256: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def vllm_gates() -> tuple[dict[str, Detection], float]:
+def vllm_gates() -> dict[str, Detection]:
     from liftgate.sources import resolve_sources
 
     packages, _ = resolve_sources([str(fetch_sdist("vllm", VLLM_SDIST, VLLM_SDIST_SHA256))])
     (package,) = packages
     assert (package.name, package.version) == ("vllm", "0.11.0")
     results: dict[str, Detection] = {}
-    start = time.perf_counter()
     for source in package.files:
         if not is_cmake_file(source.path):
             continue
@@ -991,12 +989,12 @@ def vllm_gates() -> tuple[dict[str, Detection], float]:
             results[source.path] = detect_cmake(package.name, package.version, source.path, data.decode())
         else:
             results[source.path] = Detection()
-    return results, time.perf_counter() - start
+    return results
 
 
 @pytest.mark.network
-def test_vllm_0_11_0_cmake_gates(vllm_gates: tuple[dict[str, Detection], float]) -> None:
-    results, elapsed = vllm_gates
+def test_vllm_0_11_0_cmake_gates(vllm_gates: dict[str, Detection]) -> None:
+    results = vllm_gates
     assert sorted(results) == [
         "CMakeLists.txt",
         "cmake/cpu_extension.cmake",
@@ -1011,7 +1009,6 @@ def test_vllm_0_11_0_cmake_gates(vllm_gates: tuple[dict[str, Detection], float])
         "cmake/external_projects/flashmla.cmake": 2,
     }
     assert len({g.id for g in gates}) == len(gates)
-    assert elapsed < 5.0
     sm90, sm90a, sm100a, sm120, sm120a = (
         parse_arch(n) for n in ("sm_90", "sm_90a", "sm_100a", "sm_120", "sm_120a")
     )

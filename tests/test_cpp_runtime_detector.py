@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 import shutil
 import textwrap
-import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -655,9 +654,7 @@ def test_odd_sources_never_stop_the_scan(tmp_path: Path) -> None:
             """
         )
     )
-    started = time.perf_counter()
     report = scan_trees(tree)
-    assert time.perf_counter() - started < 5
     gates = cpp_gates(report)
     for gate in gates:
         assert gate.admitted and gate.location.span.start <= gate.location.span.end
