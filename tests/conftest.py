@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+# The CLI's safety net turns an unexpected exception into one line and exit 2; in the tests such an
+# exception must fail the test instead (the net's own test unsets this). Subprocesses inherit it.
+os.environ["LIFTGATE_INTERNAL_ERRORS"] = "raise"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
