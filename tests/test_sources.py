@@ -1,9 +1,11 @@
 """Tests for the sources stage: directories, wheels, sdists, environments and index fetches.
 
 Every fixture is built in ``tmp_path`` (small real-looking wheels, sdists and site-packages);
-pip is either faked at `liftgate.sources.index._run_pip` or pointed at a local find-links
-directory, and ``--sdist`` downloads come from `FakeIndex`, a simple index served on 127.0.0.1,
-so nothing here touches the network (see test_sources_network.py for that).
+pip (asked for wheels only) is either faked at `liftgate.sources.index._run_pip` or pointed at a
+local find-links directory, and what liftgate downloads itself (``--sdist``, the sdist taken when
+no wheel fits, ``name @ url``) comes from `FakeIndex`, a simple index served on 127.0.0.1, so
+nothing here touches the network (see test_sources_network.py for that; test_never_execute.py
+checks that no spec form lets an sdist's build run).
 """
 
 from __future__ import annotations
@@ -735,22 +737,31 @@ def test_unpinned_requirement_always_asks_pip(tmp_path: Path, monkeypatch: pytes
     ]
 
 
-def test_unknown_version_lists_available_releases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pip = FakePip(tmp_path, (1, NOT_FOUND, None), (1, NOT_FOUND, None))
+def test_unknown_version_lists_available_releases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
+) -> None:
+    """pip (wheels only) finds nothing; the index's page, wheels and sdists alike, says what there is."""
+    for version in ("0.1rc1", "0.1", "0.2", "0.3", "0.4", "1.0", "1.1", "1.2.3", "2.0rc1"):
+        fake_index.add(
+            release(tmp_path, version, "wheel" if version in ("0.1rc1", "1.1", "1.2.3") else "sdist")
+        )
+    pip = FakePip(tmp_path, (1, NOT_FOUND, None))
     monkeypatch.setattr(index_module, "_run_pip", pip)
     with pytest.raises(SourceError) as caught:
         resolve_sources(["demo-pkg==9.9"], cache_dir=str(tmp_path / "cache"))
     assert str(caught.value) == (
         "demo-pkg==9.9 is not on the package index; available: 0.3, 0.4, 1.0, 1.1, 1.2.3 (and 4 more)"
     )
-    assert "--only-binary=:all:" in pip.commands[0]
-    assert "--only-binary=:all:" not in pip.commands[1], "the second try looks for an sdist"
+    [command] = pip.commands
+    assert "--only-binary=:all:" in command, "pip is only ever asked for wheels"
     assert not (tmp_path / "cache" / "downloads" / "demo-pkg").exists(), "failed fetches leave no empty dirs"
 
 
-def test_unknown_package_says_no_such_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unknown_package_says_no_such_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
+) -> None:
     output = "ERROR: Could not find a version that satisfies the requirement zzz (from versions: none)\n"
-    monkeypatch.setattr(index_module, "_run_pip", FakePip(tmp_path, (1, output, None), (1, output, None)))
+    monkeypatch.setattr(index_module, "_run_pip", FakePip(tmp_path, (1, output, None)))
     with pytest.raises(SourceError, match=r"^no such file, directory or package: zzz \("):
         resolve_sources(["zzz"], cache_dir=str(tmp_path / "cache"))
 
@@ -772,18 +783,28 @@ def test_unreachable_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert len(pip.commands) == 1, "no sdist retry when the index is unreachable"
 
 
-def test_sdist_that_needs_its_build_backend_is_retried_with_build_isolation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_no_wheel_that_fits_takes_the_sdist_from_the_index_without_building_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
 ) -> None:
-    no_wheel = (
-        "ERROR: Could not find a version that satisfies the requirement demo-pkg==1.0 (from versions: none)\n"
-    )
-    build_failed = "  error: invalid command 'bdist_wheel'\nerror: metadata-generation-failed\n"
-    pip = FakePip(tmp_path, (1, no_wheel, None), (1, build_failed, None), (0, SAVED, "1.0"))
+    """pip is asked once, for a wheel; the sdist comes from the index, as it is, and is said so once."""
+    fake_index.add(release(tmp_path, "1.0"))
+    pip = FakePip(tmp_path, (1, NO_WHEEL, None))
     monkeypatch.setattr(index_module, "_run_pip", pip)
-    [package], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(tmp_path / "cache"))
-    assert package.version == "1.0"
-    assert ["--no-build-isolation" in command for command in pip.commands] == [True, True, False]
+    cache = tmp_path / "cache"
+    observer = RecordingObserver()
+    [package], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), observer=observer)
+    assert (package.version, "csrc/gate.cu" in paths_of(package)) == ("1.0", True)
+    [command] = pip.commands
+    assert "--only-binary=:all:" in command
+    assert observer.notes == [
+        "no wheel of demo-pkg==1.0 fits this platform, so its sdist demo-pkg-1.0.tar.gz was taken from "
+        "the package index (it is never built)"
+    ]
+    # Saved where pip would have saved the wheel, so the next plain scan reuses it without pip.
+    assert (cache / "downloads" / "demo-pkg" / "1.0" / "demo-pkg-1.0.tar.gz").is_file()
+    [again], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache))
+    assert len(pip.commands) == 1
+    assert "csrc/gate.cu" in paths_of(again)
 
 
 NO_WHEEL = (
@@ -795,23 +816,29 @@ BUILD_FAILED = (
 )
 
 
-def test_sdist_build_failure_message_names_the_cause(
+def test_no_wheel_that_fits_and_no_sdist_says_what_there_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
 ) -> None:
-    monkeypatch.setattr(
-        index_module,
-        "_run_pip",
-        FakePip(tmp_path, (1, NO_WHEEL, None), (1, BUILD_FAILED, None), (1, BUILD_FAILED, None)),
+    fake_index.add(release(tmp_path, "1.0", "wheel"))  # for another platform, as pip's answer has it
+    monkeypatch.setattr(index_module, "_run_pip", FakePip(tmp_path, (1, NO_WHEEL, None), (1, NO_WHEEL, None)))
+    cache = tmp_path / "cache"
+    with pytest.raises(SourceError) as caught:
+        resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache))
+    assert str(caught.value) == (
+        "demo-pkg==1.0 has no wheel for this platform and no sdist on the package index, only "
+        "demo_pkg-1.0-py3-none-any.whl; pass a local wheel, sdist or source tree"
     )
-    observer = RecordingObserver()
-    with pytest.raises(SourceError, match=r"^demo-pkg==1\.0 has no wheel .*\(no compiler found\); download"):
-        resolve_sources(["demo-pkg==1.0"], cache_dir=str(tmp_path / "cache"), observer=observer)
-    # The fallback to the index was tried (the fake index has no demo-pkg) and said why it failed.
-    assert any(
-        note.startswith("downloading the sdist of demo-pkg==1.0 directly failed too: ")
-        for note in observer.notes
+    assert not (cache / "downloads" / "demo-pkg").exists()
+
+    # pip configured with no index (find-links only): liftgate's client has nowhere to look.
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    with pytest.raises(SourceError) as no_index:
+        resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache))
+    assert str(no_index.value) == (
+        "no wheel of demo-pkg==1.0 fits this platform, and pip is configured not to use a package index "
+        "(no-index), so liftgate cannot fetch its sdist; pass a local sdist/directory"
     )
-    assert not (tmp_path / "cache" / "downloads" / "demo-pkg").exists()
+    assert not (cache / "downloads" / "demo-pkg").exists()
 
 
 def test_offline_uses_only_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1133,26 +1160,26 @@ def test_file_index_among_the_extra_indexes(
     assert [path for path, _ in fake_index.requests] == ["/simple/demo-pkg/"], "asked the main index first"
 
 
-def test_pip_that_cannot_prepare_the_sdist_falls_back_to_the_index(
+def test_unpinned_without_a_wheel_takes_the_newest_sdist_and_reuses_it_by_hash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
 ) -> None:
-    fake_index.add(release(tmp_path, "1.0"))
-    pip = FakePip(tmp_path, (1, NO_WHEEL, None), (1, BUILD_FAILED, None), (1, BUILD_FAILED, None))
+    for version in ("1.0", "1.1"):
+        fake_index.add(release(tmp_path, version))
+    pip = FakePip(tmp_path, (1, NO_WHEEL, None), (1, NO_WHEEL, None))
     monkeypatch.setattr(index_module, "_run_pip", pip)
     cache = tmp_path / "cache"
-    observer = RecordingObserver()
-    [package], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache), observer=observer)
+    latest = cache / "downloads" / "demo-pkg" / "latest"
+    [package], _ = resolve_sources(["demo-pkg"], cache_dir=str(cache))
     assert "csrc/gate.cu" in paths_of(package)
-    assert len(pip.commands) == 3
-    assert (
-        "pip could not prepare the sdist of demo-pkg==1.0 (no compiler found); "
-        "downloading it from the package index without building it"
-    ) in observer.notes
-    # Saved where pip would have saved it, so the next plain scan reuses it without pip.
-    assert (cache / "downloads" / "demo-pkg" / "1.0" / "demo-pkg-1.0.tar.gz").is_file()
-    [again], _ = resolve_sources(["demo-pkg==1.0"], cache_dir=str(cache))
-    assert len(pip.commands) == 3
+    assert [p.name for p in latest.iterdir()] == ["demo-pkg-1.1.tar.gz"], "the newest, and no temporary file"
+    served = len(fake_index.requests)
+
+    observer = RecordingObserver()
+    [again], _ = resolve_sources(["demo-pkg"], cache_dir=str(cache), observer=observer)
     assert "csrc/gate.cu" in paths_of(again)
+    assert len(pip.commands) == 2, "an unpinned name always asks again"
+    assert [path for path, _ in fake_index.requests[served:]] == ["/simple/demo-pkg/"], "the file is not"
+    assert "using demo-pkg-1.1.tar.gz from the cache" in observer.notes
 
 
 def test_index_settings_follow_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1226,17 +1253,21 @@ def test_unpinned_reuses_the_file_pip_reports_as_already_downloaded(
     assert package.version == "1.0"
 
 
-def test_url_requirement_goes_to_pip_not_to_the_file_system(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_url_requirement_is_downloaded_by_liftgate_not_pip_nor_read_as_a_path(
+    tmp_path: Path, fake_index: FakeIndex
 ) -> None:
-    pip = FakePip(tmp_path, (0, SAVED, "1.2.3"))
-    monkeypatch.setattr(index_module, "_run_pip", pip)
-    [package], _ = resolve_sources(
-        ["demo-pkg @ https://example.invalid/demo_pkg-1.2.3-py3-none-any.whl"],
-        cache_dir=str(tmp_path / "cache"),
-    )
-    assert package.name == "demo-pkg"
-    assert pip.commands[0][-1] == "demo-pkg @ https://example.invalid/demo_pkg-1.2.3-py3-none-any.whl"
+    wheel = release(tmp_path, "1.2.3", "wheel")
+    fake_index.add(wheel)
+    spec = f"demo-pkg @ {fake_index.root}/files/{wheel.name}"
+    cache = tmp_path / "cache"
+    observer = RecordingObserver()
+    [package], _ = resolve_sources([spec], cache_dir=str(cache), observer=observer, sdist=True)
+    assert (package.name, package.version, package.origin) == ("demo-pkg", "1.2.3", spec)
+    assert "demo_pkg/kernels/gate.cuh" in paths_of(package)
+    assert [path for path, _ in fake_index.requests] == [f"/files/{wheel.name}"]
+    [saved] = (cache / "downloads" / "demo-pkg" / "@url").glob(f"*/{wheel.name}")
+    assert saved.read_bytes() == wheel.read_bytes()
+    assert f"{spec} names a wheel, so --sdist does not apply to it: it is scanned as it is" in observer.notes
 
 
 def test_pip_that_hangs_or_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

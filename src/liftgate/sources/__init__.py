@@ -3,10 +3,13 @@
 `resolve_sources` accepts, per spec: a directory (a source tree, or a site-packages or
 virtualenv, read as an environment), a wheel or sdist (unpacked once into the cache), a lone
 file, ``env:PATH`` (an installed environment), or a requirement such as ``name==version``
-(fetched with pip into the cache, never installed; with ``sdist=True`` its sdist, downloaded
-from the index without building it). With no spec and no ``env`` it reads the running
-interpreter's environment. Problems with single files are `Skip`s; a spec that cannot
-be resolved at all raises `SourceError` with a one-line message saying what to do.
+(its wheel fetched with pip into the cache, never installed; its sdist, downloaded from the
+index without building it, with ``sdist=True`` or when no wheel fits). ``name @ url`` is the
+file the URL names: a ``file://`` URL is read as the path it points at, an ``http(s)://`` URL
+is downloaded into the cache first, and a version-control URL is refused, since nothing is ever
+cloned or built. With no spec and no ``env`` it reads the running interpreter's environment.
+Problems with single files are `Skip`s; a spec that cannot be resolved at all raises
+`SourceError` with a one-line message saying what to do.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from liftgate.model import Skip
 from liftgate.sources.archive import SDIST_SUFFIXES, CorruptArchiveError, archive_kind, open_archive
 from liftgate.sources.cache import cache_root as _cache_root
 from liftgate.sources.environment import is_site_packages, is_virtualenv, resolve_environment
-from liftgate.sources.index import FetchRequest, fetch
+from liftgate.sources.index import FetchRequest, fetch, local_url_path
 from liftgate.sources.interface import NullObserver, Observer, Package, SourceError, SourceFile
 from liftgate.sources.metadata import project_metadata
 from liftgate.sources.tree import walk_tree
@@ -101,12 +104,12 @@ class _Resolver:
         path = os.path.abspath(os.path.expanduser(spec)) if spec else ""
         if path and os.path.lexists(path):
             return self._resolve_path(spec, path)
-        if not spec.strip() or ("://" not in spec and _looks_like_path(spec)):
-            raise SourceError(f"no such file, directory or package: {spec}")
         try:
-            requirement = Requirement(spec)
+            requirement: Requirement | None = Requirement(spec) if spec.strip() else None
         except InvalidRequirement:
-            raise SourceError(f"no such file, directory or package: {spec}") from None
+            requirement = None
+        if requirement is None or (not requirement.url and _looks_like_path(spec)):
+            raise SourceError(f"no such file, directory or package: {spec}")
         return self._resolve_requirement(spec, requirement)
 
     def _resolve_path(self, spec: str, path: str) -> tuple[list[Package], list[Skip]]:
@@ -129,6 +132,14 @@ class _Resolver:
 
     def _resolve_requirement(self, spec: str, requirement: Requirement) -> tuple[list[Package], list[Skip]]:
         request = FetchRequest.parse(spec, requirement)
+        if requirement.url:
+            # One file or directory, never pip's to fetch (it would build it): read it as a path spec.
+            local = local_url_path(request)
+            if local is not None:
+                if not os.path.lexists(local):
+                    raise SourceError(f"no such file or directory: {local} (named by {spec}); check the URL")
+                self._note_sdist_does_not_apply(spec, local)
+                return self._resolve_path(spec, local)
         archive, reused = fetch(
             request, cache_root=self.cache, observer=self.observer, offline=self.offline, sdist=self.sdist
         )
@@ -149,7 +160,15 @@ class _Resolver:
                 request, cache_root=self.cache, observer=self.observer, reuse=False, sdist=self.sdist
             )
             package, skips = open_archive(archive, origin=spec, cache_root=self.cache, observer=self.observer)
+        if requirement.url:
+            self._note_sdist_does_not_apply(spec, archive)
         return [package], skips
+
+    def _note_sdist_does_not_apply(self, spec: str, path: str) -> None:
+        if self.sdist and archive_kind(path) == "wheel":
+            self.observer.note(
+                f"{spec} names a wheel, so --sdist does not apply to it: it is scanned as it is"
+            )
 
 
 def resolve_sources(

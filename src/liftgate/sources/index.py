@@ -1,22 +1,30 @@
-"""Fetch ``name==version`` from the package index into the cache, with pip, without installing it.
+"""Fetch a requirement into the cache without installing, building or running any of it.
 
-pip runs as a subprocess (``sys.executable -m pip download --no-deps``) so liftgate honours the
-user's index configuration (``pip.conf``, ``PIP_INDEX_URL``, proxies, certificates) without
-reimplementing it. Wheels are preferred; an sdist is fetched only when no wheel fits. A pinned
-version already in ``<cache>/downloads/<name>/<version>/`` is reused without running pip; an
-unpinned name always asks pip (the newest release may have changed) and reuses what pip reports.
-pip's failures are turned into one-line `SourceError`s: unknown version (with the versions the
-index has), unreachable index, sdist that cannot be prepared, timeout.
+liftgate never lets anything build: preparing an sdist's metadata runs its ``setup.py`` or build
+backend, so no path here gives pip a chance to do that. Wheels come from pip, run as a subprocess
+(``sys.executable -m pip download --no-deps --only-binary=:all:``, every command `_pip_command`
+builds) so liftgate honours the user's index configuration (``pip.conf``, ``PIP_INDEX_URL``, find-links,
+proxies, certificates) without reimplementing it. A pinned version already in
+``<cache>/downloads/<name>/<version>/`` is reused without running pip; an unpinned name always asks
+pip (the newest release may have changed) and reuses what pip reports. pip's failures are turned
+into one-line `SourceError`s: unknown version (with the versions the index has), unreachable index,
+timeout. ``--only-binary`` does not cover requirements pip is handed as paths or URLs, so none is:
+pip's ``requirement``/``editable`` settings are dropped from its environment and refused in its
+configuration files.
 
-An sdist can also be downloaded straight from the index, without pip (`download_sdist`): pip
-prepares an sdist's metadata before saving it, which runs the sdist's build (vLLM's imports
-torch), while liftgate only wants the archive. That path reads the index settings pip would use
-(`IndexSettings.from_pip`), the project page of each index (PEP 691 JSON, else PEP 503 HTML;
-``file://`` indexes too), picks the sdist of the wanted version, and streams it into a temporary
-file checked against the hash the index lists before it is renamed into place. ``sdist=True``
-(``--sdist``) takes that path and keeps its downloads in ``<version>/sdist/``, so a plain scan of
-the same version still gets the wheel; without it, the path is the fallback when pip cannot
-prepare an sdist.
+Sdists never go through pip: `download_sdist` takes them straight from the index. It reads the
+index settings pip would use (`IndexSettings.from_pip`), the project page of each index (PEP 691
+JSON, else PEP 503 HTML; ``file://`` indexes too), picks the sdist of the wanted version, and streams
+it into a temporary file checked against the hash the index lists (and a size bound) before it is
+renamed into place. ``sdist=True`` (``--sdist``) takes that path and keeps its downloads in
+``<version>/sdist/``, so a plain scan of the same version still gets the wheel; without it, the path
+is taken when pip finds no wheel that fits, and the sdist is saved where the wheel would have been.
+
+A ``name @ url`` requirement names one file, never handed to pip either: an ``http(s)://`` URL is
+downloaded by the same client (checked against a ``#sha256=`` in the URL when there is one) into
+``<cache>/downloads/<name>/@url/<key>/``, a ``file://`` URL is the local file or directory it points
+at (`local_url_path`), and any other URL (``git+…`` and the other version-control schemes) is a
+`SourceError`: cloning a repository, or building anything, is left to the user.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import IO
-from urllib.parse import unquote, urldefrag, urljoin, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urldefrag, urljoin, urlsplit, urlunsplit
 
 from packaging.requirements import Requirement
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
@@ -72,12 +80,22 @@ _NETWORK_TROUBLE = (
     "SSLError",
     "connection error:",
 )
-_BUILD_TROUBLE = ("metadata-generation-failed", "subprocess-exited-with-error", "Preparing metadata")
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 HTTP_TIMEOUT_S = 60.0  # per connect or read, as pip's --timeout; pip's own setting wins
 PIP_CONFIG_TIMEOUT_S = 30
 SDIST_DIR = "sdist"  # under <cache>/downloads/<name>/<version>/: what --sdist downloaded
+# Under <cache>/downloads/<name>/: what "name @ https://..." downloaded, one directory per URL. No
+# version label can contain "@", so these are never taken for a release of the index.
+URL_DIR = "@url"
+# The largest file liftgate downloads itself (sdists, name @ url files): the biggest wheels are a few GB.
+DOWNLOAD_LIMIT_BYTES = 8_000_000_000
+_VCS_SCHEMES = ("git", "hg", "svn", "bzr")
+# pip options that add requirements of their own to a ``pip download``, which pip prepares (builds)
+# even with --only-binary=:all:: liftgate drops them from pip's environment and refuses them in its
+# configuration files (the sections pip download reads).
+_ADDING_OPTIONS = ("requirement", "editable")
+_ADDING_VARIABLES = frozenset(f"PIP_{option.upper()}" for option in _ADDING_OPTIONS)
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 _ACCEPT = f"{_SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 _USER_AGENT = f"liftgate/{__version__}"
@@ -174,34 +192,39 @@ def cached_archive(request: FetchRequest, cache_root: str, *, sdist: bool = Fals
     return max(candidates)[2]
 
 
-def _pip_command(
-    request: FetchRequest, dest: str, *, wheels_only: bool, isolated_build: bool = False
-) -> list[str]:
-    command = [
+def _pip_command(request: FetchRequest, dest: str) -> list[str]:
+    """The ``pip download`` of ``request``'s wheel. Always ``--only-binary=:all:``: pip would prepare an
+    sdist's metadata, which runs its build, before saving it. Given on the command line, it also wins
+    over a ``no-binary`` in pip's configuration. A ``name @ url`` requirement is never pip's to fetch."""
+    if request.requirement.url:
+        raise ValueError(f"{request.spec} names a URL, which liftgate fetches itself, never through pip")
+    return [
         sys.executable,
         "-m",
         "pip",
         "download",
         "--no-deps",
-        *([] if isolated_build else ["--no-build-isolation"]),
+        "--no-build-isolation",
+        "--only-binary=:all:",
         "--no-input",
         "--disable-pip-version-check",
         "--progress-bar",
         "off",
         "-d",
         dest,
+        request.pip_spec,
     ]
-    if wheels_only:
-        command.append("--only-binary=:all:")
-    command.append(request.pip_spec)
-    return command
 
 
 def _run_pip(command: Sequence[str], cwd: str, spec: str) -> tuple[int, str]:
+    # pip adds the requirements these name to every download and prepares them, sdists and
+    # directories included (--only-binary governs what it looks up, not what it is handed).
+    environment = {k: v for k, v in os.environ.items() if k.upper() not in _ADDING_VARIABLES}
     try:
         completed = subprocess.run(
             list(command),
             cwd=cwd,
+            env=environment,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -220,17 +243,9 @@ def _run_pip(command: Sequence[str], cwd: str, spec: str) -> tuple[int, str]:
     return completed.returncode, completed.stdout.decode("utf-8", "replace")
 
 
-_GENERIC_BUILD_ERRORS = ("subprocess-exited-with-error", "metadata-generation-failed")
-
-
 def _last_error_line(output: str) -> str:
-    """The most telling error line of pip's output: the build's own ``error:`` before pip's summary."""
+    """The most telling line of pip's output: its last ``ERROR:`` line, else its last line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    build_errors = [
-        line for line in lines if line.startswith("error:") and not line.endswith(_GENERIC_BUILD_ERRORS)
-    ]
-    if build_errors:
-        return build_errors[-1].removeprefix("error:").strip()
     errors = [line for line in lines if line.startswith("ERROR:")]
     if errors:
         return errors[-1].removeprefix("ERROR:").strip()
@@ -274,20 +289,29 @@ def explain_pip_failure(request: FetchRequest, output: str) -> str:
             f"no such file, directory or package: {spec} (the package index has no release of "
             f"{request.requirement.name}); check the spelling, the network, or pass a path"
         )
-    if any(marker in output for marker in _BUILD_TROUBLE):
-        return (
-            f"{spec} has no wheel for this platform and pip could not prepare its sdist "
-            f"({_last_error_line(output)}); download the archive by hand and pass the file"
-        )
     return f"pip could not fetch {spec}: {_last_error_line(output)}; check the requirement or pass a local wheel/directory"
 
 
 def _reported_archive(output: str, cwd: str, request: FetchRequest) -> str | None:
     for reported in reversed(_SAVED.findall(output)):
         path = os.path.normpath(os.path.join(cwd, reported))
-        if os.path.isfile(path) and (request.requirement.url or request.matches(os.path.basename(path))):
+        if os.path.isfile(path) and request.matches(os.path.basename(path)):
             return path
     return None
+
+
+def _refuse_added_requirements(request: FetchRequest) -> None:
+    """Raise `SourceError` when pip's configuration files add requirements to every download."""
+    values = _pip_config_values()
+    for section in ("global", "download"):
+        for option in _ADDING_OPTIONS:
+            value = values.get(f"{section}.{option}", "").strip()
+            if value:
+                raise SourceError(
+                    f"pip's configuration adds {value} to every download ({option} in its [{section}] "
+                    f"section), which pip would build, so liftgate does not run pip to fetch {request.spec}; "
+                    "remove that setting, or pass a local wheel/directory"
+                )
 
 
 def _remove_empty_dirs(directory: str, stop: str) -> None:
@@ -629,9 +653,34 @@ def _listed(names: Sequence[str]) -> str:
     return shown + (f" and {others} more" if others > 0 else "")
 
 
-def _no_sdist_message(request: FetchRequest, files: Sequence[IndexFile]) -> str:
+def _release_version(filename: str, name: str) -> Version | None:
+    """The version of ``filename`` when it is a wheel or sdist of project ``name``."""
+    parts = filename_name_version(filename) if archive_kind(filename) else None
+    if parts is None or canonicalize_name(parts[0]) != name:
+        return None
+    try:
+        return Version(parts[1])
+    except InvalidVersion:
+        return None
+
+
+def _no_sdist_message(request: FetchRequest, files: Sequence[IndexFile], *, no_wheel: bool = False) -> str:
     spec = request.spec
-    if request.pinned is not None:
+    if no_wheel:
+        # pip found no wheel that fits, so "scan it without --sdist" would not help.
+        fitting = sorted({f.filename for f in files if request.matches(f.filename) is not None})
+        if fitting:
+            return (
+                f"{spec} has no wheel for this platform and no sdist on the package index, only "
+                f"{_listed(fitting)}; pass a local wheel, sdist or source tree"
+            )
+        released = sorted({v for f in files if (v := _release_version(f.filename, request.name)) is not None})
+        if released:
+            return (
+                f"{spec} is not on the package index; available: "
+                f"{_format_versions(', '.join(str(v) for v in released))}"
+            )
+    elif request.pinned is not None:
         same_version = sorted({f.filename for f in files if request.matches(f.filename) is not None})
         if same_version:
             return (
@@ -644,13 +693,20 @@ def _no_sdist_message(request: FetchRequest, files: Sequence[IndexFile]) -> str:
             f"no sdist of {spec} is on the package index; versions with an sdist: "
             f"{_format_versions(', '.join(str(v) for v in versions))}"
         )
+    if no_wheel:
+        return (
+            f"{request.requirement.name} has neither a wheel for this platform nor an sdist on the package "
+            "index; pass a local wheel, sdist or source tree"
+        )
     return (
         f"{request.requirement.name} has no sdist on the package index, only wheels; "
         "scan it without --sdist, or pass a source tree"
     )
 
 
-def _find_sdist(request: FetchRequest, client: _IndexClient, observer: Observer) -> tuple[IndexFile, Version]:
+def _find_sdist(
+    request: FetchRequest, client: _IndexClient, observer: Observer, *, no_wheel: bool = False
+) -> tuple[IndexFile, Version]:
     """The sdist of ``request`` on the configured indexes, read in order; a pinned version stops at
     the first index that has it, an unpinned one reads them all for the newest."""
     files: list[IndexFile] = []
@@ -686,7 +742,7 @@ def _find_sdist(request: FetchRequest, client: _IndexClient, observer: Observer)
             f"no such file, directory or package: {request.spec} (the package index has no release of "
             f"{request.requirement.name}); check the spelling, the network, or pass a path"
         )
-    raise SourceError(_no_sdist_message(request, files))
+    raise SourceError(_no_sdist_message(request, files, no_wheel=no_wheel))
 
 
 def _file_digest(path: str, algorithm: str) -> str:
@@ -697,13 +753,57 @@ def _file_digest(path: str, algorithm: str) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class _Wording:
+    """How a download's errors name the file and what to do: an index's sdist, or a URL's file."""
+
+    what: str  # "the sdist of SPEC", "from SPEC"
+    listed: str  # where the expected hash comes from
+    mismatch: str  # what to do when the file does not match that hash
+    unreachable: str  # what to do when the file cannot be read
+    instead: str  # the way out that needs no download
+
+    @classmethod
+    def of(cls, request: FetchRequest, *, from_url: bool) -> _Wording:
+        if from_url:
+            return cls(
+                what=f"from {request.spec}",
+                listed="in its URL",
+                mismatch="check the hash in the URL, and if it is right the server or the proxy in between",
+                unreachable="check the network and the URL, or download it yourself and pass the file",
+                instead="download it yourself and pass the file",
+            )
+        return cls(
+            what=f"the sdist of {request.spec}",
+            listed="the package index lists",
+            mismatch="run again, and if it persists check the index or the proxy in between",
+            unreachable="check the network or pass a local sdist/directory",
+            instead="pass a local sdist/directory",
+        )
+
+
+def _size_text(size: int) -> str:
+    if size >= 1000 * _MB:
+        return f"{size / (1000 * _MB):g} GB"
+    if size >= _MB:
+        return f"{size / _MB:g} MB"
+    return f"{size} bytes"
+
+
 def _download(
-    client: _IndexClient, file: IndexFile, target: str, request: FetchRequest, observer: Observer
+    client: _IndexClient,
+    file: IndexFile,
+    target: str,
+    request: FetchRequest,
+    observer: Observer,
+    *,
+    from_url: bool = False,
 ) -> None:
     """Stream ``file`` into a temporary file beside ``target``, check it, rename it into place.
 
-    On any failure the temporary file is removed: nothing half-written or unverified is left.
+    On any failure the temporary file is removed: nothing half-written, oversized or unverified is left.
     """
+    wording = _Wording.of(request, from_url=from_url)
     dest = os.path.dirname(target)
     cache_error = f"cannot write to the cache at {dest}"
     partial = os.path.join(dest, f".{file.filename}.{os.getpid()}-{secrets.token_hex(4)}.part")
@@ -714,20 +814,19 @@ def _download(
         raise SourceError(f"{cache_error}: {exc.strerror or exc}; pass another --cache-dir") from exc
     try:
         try:
-            received, size, digest = _stream_into(client, file, fd, request, observer)
+            received, size, digest = _stream_into(client, file, fd, request, observer, wording)
             if size is not None and received != size:
                 raise SourceError(
                     f"the download of {file.filename} for {request.spec} broke off ({received} of {size} "
-                    "bytes); run again, or pass a local sdist/directory"
+                    f"bytes); run again, or {wording.instead}"
                 )
             if file.digest is not None and digest != file.digest[1]:
                 algorithm, expected = file.digest
                 raise SourceError(
-                    f"{file.filename} (the sdist of {request.spec}) does not match the {algorithm} the package "
-                    f"index lists ({expected[:16]}…, got {digest[:16]}…), so it was not kept; "
-                    "run again, and if it persists check the index or the proxy in between"
+                    f"{file.filename} ({wording.what}) does not match the {algorithm} {wording.listed} "
+                    f"({expected[:16]}…, got {digest[:16]}…), so it was not kept; {wording.mismatch}"
                 )
-            if file.digest is None:
+            if file.digest is None and not from_url:
                 observer.note(f"the package index lists no hash for {file.filename}; it is kept unverified")
             os.replace(partial, target)
         except OSError as exc:  # reading the network is handled in _stream_into: this is the cache
@@ -741,9 +840,20 @@ def _download(
 
 
 def _stream_into(
-    client: _IndexClient, file: IndexFile, fd: int, request: FetchRequest, observer: Observer
+    client: _IndexClient,
+    file: IndexFile,
+    fd: int,
+    request: FetchRequest,
+    observer: Observer,
+    wording: _Wording,
 ) -> tuple[int, int | None, str]:
-    """Copy ``file`` into the open file ``fd`` (closing it): bytes received, size announced, hex digest."""
+    """Copy ``file`` into the open file ``fd`` (closing it), at most `DOWNLOAD_LIMIT_BYTES`: bytes
+    received, size announced, hex digest."""
+    limit = DOWNLOAD_LIMIT_BYTES
+    too_big = SourceError(
+        f"{file.filename} ({wording.what}) is larger than the {_size_text(limit)} liftgate downloads at "
+        "most, so it was not kept; download it yourself and pass the file"
+    )
     digest = hashlib.new(file.digest[0] if file.digest else "sha256")
     received = 0
     with os.fdopen(fd, "wb") as out:
@@ -752,33 +862,37 @@ def _stream_into(
         except _IndexTrouble as exc:
             raise SourceError(
                 f"cannot download {file.filename} for {request.spec} from {_redact(file.url)} ({exc}); "
-                "check the network or pass a local sdist/directory"
+                f"{wording.unreachable}"
             ) from exc
-        observer.start(
-            f"Downloading {file.filename}" + (" (MB)" if size else ""),
-            total=-(-size // _MB) if size else None,
-        )
-        shown = 0  # MB
-        try:
-            with stream:
+        with stream:
+            if size is not None and size > limit:
+                raise too_big
+            observer.start(
+                f"Downloading {file.filename}" + (" (MB)" if size else ""),
+                total=-(-size // _MB) if size else None,
+            )
+            shown = 0  # MB
+            try:
                 while True:
                     try:
                         chunk = stream.read(_DOWNLOAD_CHUNK)
                     except (OSError, http.client.HTTPException, ValueError) as exc:
                         raise SourceError(
                             f"the download of {file.filename} for {request.spec} broke off "
-                            f"({_network_reason(exc)}); run again, or pass a local sdist/directory"
+                            f"({_network_reason(exc)}); run again, or {wording.instead}"
                         ) from exc
                     if not chunk:
                         break
+                    received += len(chunk)
+                    if received > limit:
+                        raise too_big
                     digest.update(chunk)
                     out.write(chunk)
-                    received += len(chunk)
                     if received // _MB > shown:
                         observer.advance(received // _MB - shown)
                         shown = received // _MB
-        finally:
-            observer.finish()
+            finally:
+                observer.finish()
     return received, size, digest.hexdigest()
 
 
@@ -789,6 +903,7 @@ def download_sdist(
     observer: Observer | None = None,
     settings: IndexSettings | None = None,
     dest: str | None = None,
+    no_wheel: bool = False,
 ) -> str:
     """Download the sdist of ``request`` straight from the package index, without building it: its path.
 
@@ -797,7 +912,9 @@ def download_sdist(
     newest final release that has one. The file goes into ``dest``, default
     ``<cache>/downloads/<name>/<version>/sdist/``; a file already there with the listed hash is
     reused. Raises `SourceError` (one line) when the index cannot be read, lists no such sdist
-    (saying what it lists instead), or the download does not match the listed hash.
+    (saying what it lists instead), or the download does not match the listed hash or is larger
+    than `DOWNLOAD_LIMIT_BYTES`. ``no_wheel``: the caller wants the sdist because no wheel fits, so
+    the errors do not suggest a scan without ``--sdist``.
     """
     observer = observer or NullObserver()
     settings = settings or IndexSettings.from_pip()
@@ -809,7 +926,7 @@ def download_sdist(
     client = _IndexClient(settings)
     observer.start(f"Looking up the sdist of {request.spec} on the package index")
     try:
-        file, version = _find_sdist(request, client, observer)
+        file, version = _find_sdist(request, client, observer, no_wheel=no_wheel)
     finally:
         observer.finish()
     if file.yanked:
@@ -845,6 +962,102 @@ def _make_download_dir(dest: str) -> None:
         ) from exc
 
 
+def local_url_path(request: FetchRequest) -> str | None:
+    """The local path a ``name @ file://…`` requirement points at; None for an ``http(s)://`` URL,
+    which `fetch` downloads. Raises `SourceError` for any other URL: liftgate runs no version control
+    and no build to get sources."""
+    url = request.requirement.url or ""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https"):
+        return None
+    if scheme == "file":
+        if parts.netloc.lower() not in ("", "localhost"):
+            raise SourceError(
+                f"{request.spec} names a file on another host ({parts.netloc}); copy it here and pass the path"
+            )
+        return os.path.abspath(urllib.request.url2pathname(parts.path))
+    vcs = scheme.partition("+")[0]
+    if vcs in _VCS_SCHEMES:
+        raise SourceError(
+            f"{request.spec} names a version-control repository ({vcs}); liftgate never runs version "
+            "control or a build to get sources, so clone it yourself and pass the directory"
+        )
+    if len(scheme) <= 1:  # no scheme, or a Windows drive letter
+        raise SourceError(
+            f"{request.spec} names {url}, which is not a URL; pass the file or directory itself"
+        )
+    raise SourceError(
+        f"{request.spec}: liftgate downloads http, https and file URLs only, not {scheme}; "
+        "download the archive yourself and pass the file"
+    )
+
+
+def _url_digest(fragment: str) -> tuple[str, str] | None:
+    """The hash a URL's fragment gives (``#sha256=…``, as pip reads it), if any."""
+    return _pick_digest(dict(parse_qsl(fragment)))
+
+
+def fetch_url(
+    request: FetchRequest,
+    *,
+    cache_root: str,
+    observer: Observer | None = None,
+    offline: bool = False,
+    reuse: bool = True,
+) -> tuple[str, bool]:
+    """The file a ``name @ url`` requirement names, never through pip: (path, whether it came from the cache).
+
+    A ``file://`` URL is the local file (an archive; `local_url_path` for directories too). An
+    ``http(s)://`` URL is streamed by liftgate's own client (pip's certificates, proxy and timeout),
+    at most `DOWNLOAD_LIMIT_BYTES`, into ``<cache>/downloads/<name>/@url/<key>/`` and checked
+    against a hash in the URL's fragment when there is one. The cached file is reused offline, or
+    when the URL's hash vouches for it; otherwise it is downloaded again, since what a URL serves
+    may change. Anything else is a `SourceError`.
+    """
+    observer = observer or NullObserver()
+    local = local_url_path(request)
+    if local is not None:
+        if not os.path.isfile(local) or archive_kind(local) is None:
+            raise SourceError(
+                f"{request.spec} does not point at a wheel or sdist file ({local}); pass the path itself"
+            )
+        return local, False
+    address, fragment = urldefrag(request.requirement.url or "")
+    filename = unquote(posixpath.basename(urlsplit(address).path))
+    if not _safe_filename(filename) or archive_kind(filename) is None:
+        raise SourceError(
+            f"{request.spec} does not name a wheel or sdist ({filename or address}); "
+            "download it yourself and pass the file or its unpacked directory"
+        )
+    file = IndexFile(filename=filename, url=address, digest=_url_digest(fragment), yanked=False)
+    downloads = os.path.join(cache_root, "downloads")
+    key = hashlib.sha256(_redact(address).encode()).hexdigest()[:16]
+    dest = os.path.join(downloads, request.name, URL_DIR, key)
+    target = os.path.join(dest, filename)
+    if os.path.isfile(target) and (offline or (reuse and file.digest is not None)):
+        try:
+            vouched = file.digest is None or _file_digest(target, file.digest[0]) == file.digest[1]
+        except OSError:
+            vouched = False
+        if vouched:
+            observer.note(f"using {filename} from the cache")
+            return target, True
+    if offline:
+        raise SourceError(
+            f"{request.spec} is not in the cache at {cache_root} and liftgate is offline; "
+            "run once without --offline or pass a local file/directory"
+        )
+    client = _IndexClient(IndexSettings.from_pip())
+    _make_download_dir(dest)
+    try:
+        _download(client, file, target, request, observer, from_url=True)
+    except BaseException:
+        _remove_empty_dirs(dest, stop=downloads)
+        raise
+    return target, False
+
+
 def fetch(
     request: FetchRequest,
     *,
@@ -856,60 +1069,46 @@ def fetch(
 ) -> tuple[str, bool]:
     """An archive of ``request`` in the cache, downloading it if needed: (path, whether it was reused).
 
+    Nothing is ever built. pip is asked for a wheel only (``--only-binary=:all:``); when none fits,
+    the sdist is downloaded from the index without pip (`download_sdist`), saved where the wheel
+    would have been, and one note says so. ``sdist=True`` wants the sdist, downloaded that way and
+    reused from the cache only as an sdist. A ``name @ url`` requirement goes to `fetch_url`.
     ``reuse=False`` skips the cache lookup for a pinned version (used after a corrupt download was removed).
-    ``sdist=True`` wants the sdist, downloaded from the index without pip (`download_sdist`) and
-    reused from the cache only as an sdist; a ``name @ url`` requirement still goes to pip.
-    Without it, an sdist that pip cannot prepare is downloaded that way instead.
     """
     observer = observer or NullObserver()
-    direct = sdist and not request.requirement.url
-    if offline or (reuse and request.pinned is not None and not request.requirement.url):
-        cached = cached_archive(request, cache_root, sdist=direct)
+    if request.requirement.url:
+        return fetch_url(request, cache_root=cache_root, observer=observer, offline=offline, reuse=reuse)
+    if offline or (reuse and request.pinned is not None):
+        cached = cached_archive(request, cache_root, sdist=sdist)
         if cached is not None:
             observer.note(f"using {os.path.basename(cached)} from the cache")
             return cached, True
         if offline:
-            wanted, local = (f"the sdist of {request.spec}", "sdist") if direct else (request.spec, "wheel")
+            wanted, local = (f"the sdist of {request.spec}", "sdist") if sdist else (request.spec, "wheel")
             raise SourceError(
                 f"{wanted} is not in the cache at {cache_root} and liftgate is offline; "
                 f"run once without --offline or pass a local {local}/directory"
             )
-    if direct:
+    if sdist:
         return download_sdist(request, cache_root=cache_root, observer=observer), False
 
+    _refuse_added_requirements(request)
     dest = request.download_dir(cache_root)
+    downloads = os.path.join(cache_root, "downloads")
     _make_download_dir(dest)
-
     observer.start(f"Fetching {request.spec} from the package index")
     try:
-        returncode, output = _run_pip(_pip_command(request, dest, wheels_only=True), dest, request.spec)
-        if returncode != 0 and _has(output, _NOT_FOUND) and not _has(output, _NETWORK_TROUBLE):
-            observer.note(f"no wheel of {request.spec} for this platform; looking for an sdist")
-            returncode, output = _run_pip(_pip_command(request, dest, wheels_only=False), dest, request.spec)
-            if returncode != 0 and _has(output, _BUILD_TROUBLE):
-                # pip prepares an sdist's metadata before saving it; without build isolation that
-                # fails whenever this environment lacks the sdist's build backend (setuptools'
-                # bdist_wheel, scikit-build-core, ...), so let pip fetch the backend.
-                observer.note(
-                    f"preparing the sdist of {request.spec} needs its build backend; pip is fetching it"
-                )
-                returncode, output = _run_pip(
-                    _pip_command(request, dest, wheels_only=False, isolated_build=True), dest, request.spec
-                )
+        returncode, output = _run_pip(_pip_command(request, dest), dest, request.spec)
     finally:
         observer.finish()
-    if returncode != 0 and _has(output, _BUILD_TROUBLE) and not request.requirement.url:
-        # liftgate needs the archive, not its metadata: take it from the index as it is.
-        observer.note(
-            f"pip could not prepare the sdist of {request.spec} ({_last_error_line(output)}); "
-            "downloading it from the package index without building it"
-        )
+    if returncode != 0 and _has(output, _NOT_FOUND) and not _has(output, _NETWORK_TROUBLE):
         try:
-            return download_sdist(request, cache_root=cache_root, observer=observer, dest=dest), False
-        except SourceError as exc:
-            observer.note(f"downloading the sdist of {request.spec} directly failed too: {exc}")
+            return _sdist_for_want_of_a_wheel(request, cache_root, dest, output, observer), False
+        except BaseException:
+            _remove_empty_dirs(dest, stop=downloads)
+            raise
     if returncode != 0:
-        _remove_empty_dirs(dest, stop=os.path.join(cache_root, "downloads"))
+        _remove_empty_dirs(dest, stop=downloads)
         raise SourceError(explain_pip_failure(request, output))
     archive = _reported_archive(output, dest, request) or cached_archive(request, cache_root)
     if archive is None:
@@ -918,3 +1117,26 @@ def fetch(
             "run again, or download it by hand and pass the file"
         )
     return archive, False
+
+
+def _sdist_for_want_of_a_wheel(
+    request: FetchRequest, cache_root: str, dest: str, output: str, observer: Observer
+) -> str:
+    """pip found no wheel of ``request`` that fits: its sdist from the index, into ``dest``, unbuilt."""
+    settings = IndexSettings.from_pip()
+    if not settings.urls:
+        # pip reads only find-links then, which liftgate's client does not: pip's view is all there is.
+        if _FROM_VERSIONS.search(output) and "(from versions: none)" not in output:
+            raise SourceError(explain_pip_failure(request, output))
+        raise SourceError(
+            f"no wheel of {request.spec} fits this platform, and pip is configured not to use a package "
+            "index (no-index), so liftgate cannot fetch its sdist; pass a local sdist/directory"
+        )
+    archive = download_sdist(
+        request, cache_root=cache_root, observer=observer, settings=settings, dest=dest, no_wheel=True
+    )
+    observer.note(
+        f"no wheel of {request.spec} fits this platform, so its sdist {os.path.basename(archive)} was taken "
+        "from the package index (it is never built)"
+    )
+    return archive
