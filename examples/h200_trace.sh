@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 demonstration of README "Trace a run": `liftgate trace` on the real APIs and on FlashInfer.
+# The H200 demonstration of docs/trace.md: `liftgate trace` on the real APIs and on FlashInfer.
 # 1. examples/trace_demo/apis.py calls torch.cuda, Triton's target, CuPy and NVML, real and --as sm_120.
 # 2. examples/selective_state_update.py (FlashInfer 0.6.2's Mamba decode step), real and --as sm_120.
 # Each trace is mapped onto a static scan with `liftgate scan --trace`. Expects the wheels in .whl/

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 demonstration of README "Verify on a real GPU": scan, judge, lift FlashInfer 0.6.2's
+# The H200 demonstration of docs/verify.md ("On a real GPU"): scan, judge, lift FlashInfer 0.6.2's
 # SM100 selective-state-update path for sm_90, and `liftgate verify` it against the stock SM90 path.
 # Expects the wheels in .whl/ (flashinfer-python 0.6.2, apache-tvm-ffi, platformdirs) and writes
 # its reports under ${OUT:-out}. Runs from the repository root; liftgate runs from src/.

@@ -1,4 +1,4 @@
-"""The check `liftgate verify` runs on an H200 (README: "Verify on a real GPU").
+"""The check `liftgate verify` runs on an H200 (docs/verify.md: "On a real GPU").
 
 It calls FlashInfer's Mamba ``selective_state_update`` (decode step of a Mamba-2 layer, shapes
 of a Nemotron-H-like model: 128 heads of 64 channels, state 128, 8 groups) on fixed random
