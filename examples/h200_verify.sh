@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The H200 demonstration of docs/verify.md ("On a real GPU"): scan, judge, lift FlashInfer 0.6.2's
 # SM100 selective-state-update path for sm_90, and `liftgate verify` it against the stock SM90 path.
-# Expects the wheels in .whl/ (flashinfer-python 0.6.2, apache-tvm-ffi, platformdirs) and writes
+# Expects the wheels in .whl/ (flashinfer-python 0.6.2, apache-tvm-ffi, platformdirs, pyelftools) and writes
 # its reports under ${OUT:-out}. Runs from the repository root; liftgate runs from src/.
 set -euo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/lgdeps .whl/platformdirs-*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/lgdeps \
+  .whl/platformdirs-*.whl .whl/pyelftools-*.whl || exit 2
 export PYTHONPATH="/tmp/lgdeps:$PWD/src"
 # The environment liftgate lifts: a prefix of its own beside the image's python3 (which holds torch)
 python3 -m pip install -q --no-index --no-deps --no-compile --prefix /tmp/fenv \
