@@ -197,6 +197,40 @@ def test_a_crash_at_any_revert_step_is_finished_by_the_next_command(env, step, m
     assert snapshot(site) == before
 
 
+def test_a_forced_revert_interrupted_is_finished_over_the_bytes_it_kept_and_no_others(
+    env, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    prefix, site = env
+    before = snapshot(site)
+    plan = liftable_plan(prefix)
+    apply_plan(plan, str(prefix), environ={})
+    upgraded, edited = Path(plan.files[0].fspath), Path(plan.files[1].fspath)
+    upgraded.write_bytes(b"// upgraded by pip\n")
+
+    def fault(name: str) -> None:
+        if name == "restore:0":
+            raise Crash(name)
+
+    monkeypatch.setattr(journal_mod, "FAULT", fault)
+    with pytest.raises(Crash):
+        revert(plan.lift_id, str(prefix), force=True, environ={})
+    monkeypatch.setattr(journal_mod, "FAULT", None)
+    # While the revert is interrupted, someone edits another lifted file.
+    edited.write_bytes(b"// edited by hand\n")
+    journal = Journal(str(prefix))
+    with journal.locked():
+        pass
+    assert sha(upgraded) == plan.files[0].sha_before  # its bytes were kept in the journal: restored
+    assert edited.read_bytes() == b"// edited by hand\n"  # nobody kept these: left alone, reported
+    assert any(str(edited) in w and "backup/1" in w for w in journal.warnings)
+    lift_dir = prefix / ".liftgate" / "lifts" / plan.lift_id
+    assert (lift_dir / "drifted" / "0").read_bytes() == b"// upgraded by pip\n"
+    assert sha(lift_dir / "backup" / "1") == plan.files[1].sha_before
+    assert journal.active() == []
+    edited.write_bytes((lift_dir / "backup" / "1").read_bytes())
+    assert snapshot(site) == before
+
+
 def test_a_killed_process_is_recovered_by_the_next_command(env) -> None:  # type: ignore[no-untyped-def]
     prefix, site = env
     before = snapshot(site)

@@ -171,7 +171,13 @@ def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
         sys.stdout.write(render_plan(plan))
         sys.stdout.write(plan.diff())
     if getattr(args, "export", None) and plan.files:
-        for path in export_series(plan, args.export):
+        try:
+            exported = export_series(plan, args.export)
+        except LiftError as exc:
+            return _error(str(exc))
+        except OSError as exc:
+            return _error(f"cannot write {exc.filename or args.export}: {exc.strerror or exc}")
+        for path in exported:
             sys.stderr.write(f"liftgate: wrote {path}\n")
     if not plan.files:
         sys.stderr.write("liftgate: nothing to lift\n")
@@ -193,8 +199,10 @@ def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
     except LiftError as exc:
         return _error(str(exc))
     except OSError as exc:
+        env = f" --env {args.env}" if args.env else ""
         return _error(
-            f"{getattr(exc, 'filename', '') or prefix}: {exc.strerror or exc}; nothing was left half-applied"
+            f"{getattr(exc, 'filename', '') or prefix}: {exc.strerror or exc}; `liftgate status{env}` shows what "
+            "each file holds now"
         )
     for note in doc.get("recovery_notes", []):
         sys.stderr.write(f"liftgate: {note}\n")

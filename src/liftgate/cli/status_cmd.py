@@ -18,7 +18,10 @@ def configure_parser(subparsers: Any) -> None:
             "List the lifts recorded in <prefix>/.liftgate: target, gates, and each patched file's "
             "state (lifted, reverted, drift: changed since the lift by an upgrade or a hand edit, missing)."
         ),
-        epilog="Exit codes: 0 every active lift intact, 1 drift found, 2 error.",
+        epilog=(
+            "Exit codes: 0 every active lift intact, 1 drift found (or a lift whose apply or revert could not "
+            "be finished, or a file recovery kept as it was), 2 error (a journal that cannot be read)."
+        ),
     )
     s.add_argument(
         "--env", metavar="PATH", help="the environment (a virtualenv or prefix; default: this one)"
@@ -59,9 +62,10 @@ def run_status(args: argparse.Namespace) -> int:
     from liftgate.lift.journal import Journal, LiftError, journal_dir, prefix_for
 
     prefix = prefix_for(args.env)
+    notes: list[str] = []
+    warnings: list[str] = []
     if not os.path.isdir(journal_dir(prefix)):
         lifts = []
-        notes: list[str] = []
     else:
         journal = Journal(prefix)
         try:
@@ -69,11 +73,13 @@ def run_status(args: argparse.Namespace) -> int:
                 lifts = journal.status()
         except LiftError as exc:
             return _error(str(exc))
-        notes = journal.notes
-    for note in notes:
+        notes, warnings = journal.notes, journal.warnings
+    for note in notes + warnings:
         sys.stderr.write(f"liftgate: {note}\n")
-    shown = [lift for lift in lifts if args.all or lift.state == "applied"]
-    drift = any(lift.drifted for lift in shown if lift.state == "applied")
+    # Reverted lifts only with --all; an apply or revert that could not be finished, always.
+    shown = [lift for lift in lifts if args.all or lift.state != "reverted"]
+    unfinished = any(lift.state in ("applying", "reverting") for lift in shown)
+    drift = any(lift.drifted for lift in shown if lift.state == "applied") or unfinished or bool(warnings)
     if args.format == "json":
         doc = {
             "prefix": prefix,
@@ -90,12 +96,14 @@ def run_status(args: argparse.Namespace) -> int:
         return EXIT_DRIFT if drift else EXIT_OK
     if not shown:
         sys.stdout.write(f"no active lifts in {prefix}\n")
-        return EXIT_OK
+        return EXIT_DRIFT if warnings else EXIT_OK
     out = []
     for lift in shown:
         bad = lift.drifted
         health = "intact" if not bad else f"DRIFT in {len(bad)} of {len(lift.files)} files"
-        if lift.state != "applied":
+        if lift.state in ("applying", "reverting"):
+            health = f"NOT FINISHED ({lift.state}): the next liftgate command tries again"
+        elif lift.state != "applied":
             health = lift.state
         out.append(
             f"{lift.lift_id}  {lift.target}  {lift.created}  {len(lift.gates)} gates, "
@@ -130,7 +138,7 @@ def run_revert(args: argparse.Namespace) -> int:
         back = len(doc.get("caches_moved", []))
         aside = len(doc.get("lifted_caches_moved", []))
         sys.stderr.write(
-            f"liftgate: reverted {doc['lift_id']}: {len(doc['files'])} files restored (sha256 checked), "
+            f"liftgate: reverted {doc['lift_id']}: its {len(doc['files'])} files are as before (sha256 checked), "
             f"{aside} lifted-state cache entries moved aside, {back} stock entries put back\n"
         )
     return EXIT_OK

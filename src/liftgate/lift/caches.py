@@ -13,6 +13,7 @@ Prebuilt kernel packages that shadow the JIT path (``flashinfer-jit-cache``) are
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
@@ -25,7 +26,7 @@ from importlib import resources
 from typing import Any
 
 from liftgate.detect.cuda import CUDA_EXTENSIONS
-from liftgate.lift.plan import PatchPlan
+from liftgate.lift.plan import PatchPlan, resolve_inside
 
 _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 _C_SUFFIXES = tuple(sorted(CUDA_EXTENSIONS))
@@ -178,6 +179,43 @@ class CacheMover:
                 elif needles and not spec.build_files and not spec.keyed_by_source_hash:
                     out.append((spec, entry))
         return out
+
+    def roots(self, spec: CacheSpec) -> list[str]:
+        """Every directory ``spec``'s tool may use under ``environ``: each location whose variable is set,
+        and the default."""
+        out = []
+        for env, path in spec.locations:
+            if env is None or self.environ.get(env):
+                root = expand(path, self.environ)
+                if os.path.isabs(root) and root not in out:
+                    out.append(root)
+        return out
+
+    def entry_problem(self, cache_id: str, original: str) -> str | None:
+        """Why ``original`` is not an entry of the JIT cache ``cache_id`` (None when it is one).
+
+        A journal records where it moved entries from; before one is moved back, the place must be
+        an entry (``entry_glob`` deep) inside a directory the tool uses, links resolved.
+        """
+        assert self.specs is not None
+        spec = next((s for s in self.specs if s.id == cache_id), None)
+        if spec is None:
+            return f"no JIT cache {cache_id[:40]!r} is known to liftgate"
+        if not os.path.isabs(original) or os.path.normpath(original) != original or "\x00" in original:
+            return "not an absolute, normalised path"
+        roots = self.roots(spec)
+        pattern = spec.entry_glob.split("/")
+        for root in roots:
+            real = resolve_inside(original, root)
+            if real is None:
+                continue
+            rel = os.path.relpath(real, os.path.realpath(root)).split(os.sep)
+            if len(rel) == len(pattern) and all(
+                fnmatch.fnmatchcase(p, g) for p, g in zip(rel, pattern, strict=True)
+            ):
+                return None
+        where = ", ".join(roots) or "no location: its variables are not set"
+        return f"not an entry of the {spec.tool} cache ({where})"
 
     def move_aside(self, plan: PatchPlan, into: str) -> list[dict[str, str]]:
         triples = [(c.package, c.path, c.fspath) for c in plan.files]

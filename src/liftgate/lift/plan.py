@@ -50,6 +50,30 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def safe_relpath(path: object) -> bool:
+    """``path`` is a relative path that stays where it is joined (no ``..``, not absolute, no NUL)."""
+    if not isinstance(path, str) or not path or "\x00" in path or "\\" in path:
+        return False
+    if os.path.isabs(path) or re.match(r"[A-Za-z]:", path):
+        return False
+    return ".." not in path.split("/") and os.path.normpath(path) != "."
+
+
+def resolve_inside(path: str, root: str) -> str | None:
+    """``path`` with every link resolved when that lies strictly inside ``root`` (resolved too), else None.
+
+    Every file liftgate writes, moves or deletes is checked with this first: a path built from
+    package- or journal-controlled text (a RECORD entry, a manifest) never reaches outside its root.
+    """
+    if not path or "\x00" in path or "\x00" in root:
+        return None
+    real = os.path.realpath(path)
+    base = os.path.realpath(root)
+    if real == base:
+        return None
+    return real if real.startswith(base.rstrip(os.sep) + os.sep) else None
+
+
 @dataclass(frozen=True, slots=True)
 class FileChange:
     """One file of one package, before and after."""
@@ -311,6 +335,11 @@ def _plan_once(
         if key not in work:
             pkg_files = files.get((gate.location.package, gate.location.version), {})
             fspath = pkg_files.get(gate.location.path)
+            if not safe_relpath(gate.location.path):
+                raise NoSafeEdit(
+                    f"{gate.location.path} points outside {gate.location.package}'s files (a RECORD entry "
+                    "with '..' or an absolute path): liftgate does not edit it"
+                )
             if fspath is None:
                 raise NoSafeEdit(
                     f"{gate.location.path} is not among the scanned files of {gate.location.package}"

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from liftgate.arch.core import Arch
 from liftgate.lift.caches import CacheMover, shadowing_packages
-from liftgate.lift.journal import Journal, LiftError, prefix_for
-from liftgate.lift.plan import PatchPlan, PlanError, SkippedGate, plan_lift
+from liftgate.lift.journal import Journal, LiftError, atomic_write, prefix_for
+from liftgate.lift.plan import PatchPlan, PlanError, SkippedGate, plan_lift, resolve_inside, safe_relpath
 from liftgate.model import Report, Status, VerdictKind
 from liftgate.sources.interface import Observer
 
 SERIES_FILE = "series"
 SERIES_JSON = "liftgate-series.json"
 SERIES_VERSION = 1
+_MAX_SERIES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ def plan_env(
     at: str = "call-site",
     refused: Sequence[SkippedGate] = (),
 ) -> PatchPlan:
-    plan = plan_lift(es.report, gate_ids, target, es.files, at=at, rescan=es.rescan)
+    plan = _inside_env(plan_lift(es.report, gate_ids, target, es.files, at=at, rescan=es.rescan), es.env)
     notes = list(plan.notes)
     installed = [(p.name, p.version) for p in es.report.packages]
     notes.extend(shadowing_packages(installed, plan.packages()))
@@ -152,11 +154,33 @@ def plan_env(
     )  # fmt: skip
 
 
+def _inside_env(plan: PatchPlan, env: str | None) -> PatchPlan:
+    """``plan`` without the files that resolve outside the environment (a RECORD entry with ``..``, a
+    link out of it): their gates are skipped, saying why; the journal would refuse them anyway."""
+    prefix = prefix_for(env)
+    outside = [f for f in plan.files if resolve_inside(f.fspath, prefix) is None]
+    if not outside:
+        return plan
+    refused = []
+    for f in outside:
+        why = (
+            f"{f.fspath} resolves to {os.path.realpath(f.fspath)}, outside the environment {prefix}: "
+            "liftgate only changes files inside the environment it lifts"
+        )
+        refused += [SkippedGate(gid, why) for gid in f.gate_ids]
+    ids = {s.gate_id for s in refused}
+    return PatchPlan(
+        plan.lift_id, plan.target, tuple(p for p in plan.planned if p.gate_id not in ids),
+        (*plan.skipped, *refused), tuple(f for f in plan.files if f not in outside), plan.notes, plan.verified,
+    )  # fmt: skip
+
+
 def apply_plan(plan: PatchPlan, env: str | None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    journal = Journal(prefix_for(env))
+    mover = CacheMover(dict(environ if environ is not None else os.environ))
+    journal = Journal(prefix_for(env), caches=mover)
     with journal.locked():
-        doc = journal.apply(plan, CacheMover(dict(environ if environ is not None else os.environ)))
-    doc["recovery_notes"] = journal.notes
+        doc = journal.apply(plan, mover)
+    doc["recovery_notes"] = journal.notes + journal.warnings
     return doc
 
 
@@ -164,16 +188,43 @@ def revert(
     lift_id: str | None, env: str | None, *, force: bool = False, environ: Mapping[str, str] | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Revert one lift, or every active lift newest first (``lift_id`` None)."""
-    journal = Journal(prefix_for(env))
     mover = CacheMover(dict(environ if environ is not None else os.environ))
-    done = []
+    journal = Journal(prefix_for(env), caches=mover)
+    done: list[dict[str, Any]] = []
     with journal.locked():
         if lift_id is None:
-            for doc in reversed(journal.active()):
-                done.append(journal.revert(doc["lift_id"], force=force, caches=mover))
+            for doc in reversed(journal.unfinished()):
+                try:
+                    done.append(journal.revert(doc["lift_id"], force=force, caches=mover))
+                except LiftError as exc:
+                    if not done:
+                        raise
+                    ids = ", ".join(d["lift_id"] for d in done)
+                    raise LiftError(f"{exc} (reverted before it: {ids})") from exc
         else:
             done.append(journal.revert(lift_id, force=force, caches=mover))
-    return done, journal.notes
+    return done, journal.notes + journal.warnings
+
+
+def _patch_name(package: str, version: str | None, taken: set[str]) -> str:
+    """The file name of a package's patch: one path component whatever its metadata says."""
+    raw = f"{package}-{version or 'unversioned'}"
+    name = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9._+-]+", "_", raw)).strip(".") or "package"
+    candidate, n = f"{name}.patch", 1
+    while candidate.lower() in taken or candidate in (SERIES_FILE, SERIES_JSON):
+        n += 1
+        candidate = f"{name}-{n}.patch"
+    taken.add(candidate.lower())
+    return candidate
+
+
+def _write_in(directory: str, name: str, text: str) -> str:
+    path = os.path.join(directory, name)
+    real = resolve_inside(path, directory)
+    if real is None or os.path.dirname(real) != os.path.realpath(directory):
+        raise LiftError(f"{path} would be written outside {directory}: nothing more was exported")
+    atomic_write(path, text.encode("utf-8"))  # replaces a link planted at ``path`` instead of following it
+    return path
 
 
 def export_series(plan: PatchPlan, directory: str) -> list[str]:
@@ -183,9 +234,13 @@ def export_series(plan: PatchPlan, directory: str) -> list[str]:
     by_package: dict[tuple[str, str | None], list[Any]] = {}
     for f in plan.files:
         by_package.setdefault((f.package, f.version), []).append(f)
+    taken: set[str] = set()
+    patch_names = {
+        key: _patch_name(key[0], key[1], taken) for key in sorted(by_package, key=lambda k: k[0].lower())
+    }
     names = []
     for (package, version), changes in sorted(by_package.items(), key=lambda kv: kv[0][0].lower()):
-        name = f"{package}-{version or 'unversioned'}.patch"
+        name = patch_names[(package, version)]
         header = (
             f"liftgate {plan.lift_id}: lift {package} {version or ''} for {plan.target.name}\n\n".replace(
                 "  ", " "
@@ -194,27 +249,23 @@ def export_series(plan: PatchPlan, directory: str) -> list[str]:
         gates = [p for p in plan.planned if p.package == package]
         header += "".join(f"  {g.gate_id} {g.path}:{g.line} {g.how}\n" for g in gates) + "\n"
         body = "".join(c.diff() for c in changes)
-        with open(os.path.join(directory, name), "w", encoding="utf-8", newline="") as fh:
-            fh.write(header + body)
+        written.append(_write_in(directory, name, header + body))
         names.append(name)
-        written.append(os.path.join(directory, name))
     lines = [f"# liftgate patch series {plan.lift_id}: target {plan.target.name}"]
     for package, version in sorted(by_package, key=lambda k: k[0].lower()):
         ids = [p.gate_id for p in plan.planned if p.package == package]
-        lines.append(f"# {package} {version or ''}: {' '.join(ids)}".rstrip())
+        comment = f"# {package} {version or ''}: {' '.join(ids)}".rstrip()
+        lines.append(re.sub(r"[\x00-\x1f\x7f]", " ", comment))  # one comment line, whatever the metadata says
     lines.append(
         "# apply from the root a package installs into (site-packages or an unpacked wheel): patch -p1"
     )
     lines.extend(names)
-    with open(os.path.join(directory, SERIES_FILE), "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
+    written_series = _write_in(directory, SERIES_FILE, "\n".join(lines) + "\n")
     meta = {
         "series_version": SERIES_VERSION,
         "lift_id": plan.lift_id,
         "target": plan.target.name,
-        "packages": [
-            {"name": p, "version": v, "patch": f"{p}-{v or 'unversioned'}.patch"} for p, v in by_package
-        ],
+        "packages": [{"name": p, "version": v, "patch": patch_names[(p, v)]} for p, v in by_package],
         "gates": [
             {
                 "gate_id": g.gate_id,
@@ -227,25 +278,63 @@ def export_series(plan: PatchPlan, directory: str) -> list[str]:
             for g in plan.planned
         ],
     }
-    with open(os.path.join(directory, SERIES_JSON), "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(meta, indent=2) + "\n")
-    written += [os.path.join(directory, SERIES_FILE), os.path.join(directory, SERIES_JSON)]
+    written += [written_series, _write_in(directory, SERIES_JSON, json.dumps(meta, indent=2) + "\n")]
     return written
 
 
+def _series_problem(doc: Any) -> str | None:
+    """What makes ``doc`` not a series `export_series` writes (None: nothing)."""
+    if not isinstance(doc, dict):
+        return f"the document is a JSON {type(doc).__name__}, not an object"
+    version = doc.get("series_version")
+    if version != SERIES_VERSION or isinstance(version, bool):
+        return f"series_version {str(version)[:20]}: {SERIES_VERSION} expected"
+    for key in ("lift_id", "target"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            return f"{key} is missing or not a string"
+    for key, fields in (("packages", ("name",)), ("gates", ("gate_id", "package", "path"))):
+        entries = doc.get(key)
+        if not isinstance(entries, list):
+            return f"{key} is missing or not a list"
+        for n, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                return f"{key}[{n}] is not an object"
+            for name in fields:
+                if not isinstance(entry.get(name), str) or not entry[name]:
+                    return f"{key}[{n}].{name} is missing or not a string"
+            if key == "gates" and not isinstance(entry.get("condition"), str):
+                return f"{key}[{n}].condition is missing or not a string"
+            for name in ("version", "patch", "kind", "how"):
+                if entry.get(name) is not None and not isinstance(entry[name], str):
+                    return f"{key}[{n}].{name} is not a string"
+            patch = entry.get("patch")
+            if patch is not None and (not safe_relpath(patch) or "/" in patch):
+                return f"{key}[{n}].patch {patch[:60]!r} is not a file name in the series directory"
+            if key == "gates" and not safe_relpath(entry["path"]):
+                return f"{key}[{n}].path {entry['path'][:60]!r} is not a path inside a package"
+    return None
+
+
 def read_series(directory: str) -> dict[str, Any]:
+    """The checked ``liftgate-series.json`` of ``directory``; a one-line `LiftError` when it is not one."""
     path = os.path.join(directory, SERIES_JSON)
+    again = "export the series again with `liftgate lift --export DIR`"
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        with open(path, "rb") as fh:
+            raw = fh.read(_MAX_SERIES + 1)
     except OSError as exc:
-        raise LiftError(
-            f"cannot read {path}: {exc.strerror or exc}; export a series with `liftgate lift --export DIR`"
-        ) from exc
-    except ValueError as exc:
-        raise LiftError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("series_version") != SERIES_VERSION:
-        raise LiftError(f"{path}: not a liftgate series (series_version {SERIES_VERSION} expected)")
+        raise LiftError(f"cannot read {path}: {exc.strerror or exc}; {again}") from exc
+    try:
+        if len(raw) > _MAX_SERIES:
+            raise ValueError("larger than any series liftgate writes")
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise LiftError(f"{path} is not valid JSON ({why}); {again}") from None
+    problem = _series_problem(doc)
+    if problem is not None:
+        raise LiftError(f"{path} is not a liftgate series ({problem}); {again}")
+    assert isinstance(doc, dict)
     return doc
 
 
@@ -254,8 +343,8 @@ def relocate_series(doc: Mapping[str, Any], es: EnvScan, target: Arch) -> tuple[
     by_id = {g.id: g for g in es.report.gates}
     installed = {p.name.lower(): p.version for p in es.report.packages}
     found, refused = [], []
-    for g in doc.get("gates", []):
-        gid, package = g.get("gate_id", ""), g.get("package", "")
+    for g in doc["gates"]:
+        gid, package = g["gate_id"], g["package"]
         if package.lower() not in installed:
             refused.append(SkippedGate(gid, f"{package} is not installed in the environment"))
         elif gid in by_id:
@@ -272,7 +361,7 @@ def relocate_series(doc: Mapping[str, Any], es: EnvScan, target: Arch) -> tuple[
             refused.append(
                 SkippedGate(
                     gid,
-                    f"not in {package} {version}: the gate at {g.get('path')} ({g.get('condition', '')[:80]}) "
+                    f"not in {package} {version}: the gate at {g['path']} ({g['condition'][:80]}) "
                     "is gone or its condition changed",
                 )
             )
