@@ -11,6 +11,12 @@ compressed (0x8000). The layout was checked against nvcc 13 output (tests build 
 release. Only the section table and the entry headers are read (seek and read, never the whole
 file or payload), so a 2 GB ``libtorch_cuda.so`` costs a few kilobytes of I/O.
 
+The section table is read with pyelftools; every offset and size the file claims (section
+table, section, container, entry) is checked against the file's real size before it is used, and every loop has a bound
+(`MAX_SECTIONS`, `MAX_CONTAINERS`, `MAX_ENTRIES`, `MAX_GAP` bytes between containers), so
+a hostile or damaged file is a `FatbinError` (a Skip) after a bounded amount of I/O and memory,
+never a hang or an exception of another kind. Only regular files are opened.
+
 Coverage for a GPU of capability (M, m), with the driver's real rules:
 
 * ``native``: SASS for ``sm_Mk`` with k ≤ m (baseline SASS runs on later minors of its major);
@@ -25,10 +31,11 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from liftgate.arch.core import Arch, ArchSet, arch_data, universe
 
@@ -43,7 +50,10 @@ FLAG_ARCH_SPECIFIC = 0x100000
 FLAG_FAMILY = 0x200000
 FLAG_COMPRESSED = 0x8000
 KIND_PTX, KIND_ELF = 1, 2
-MAX_ENTRIES = 100_000
+MAX_ENTRIES = 100_000  # entries in one file (libtorch_cuda.so: ~20,000)
+MAX_CONTAINERS = 100_000  # fat binary containers in one section (one per compiled .cu file)
+MAX_SECTIONS = 1 << 20  # ELF sections (nvcc objects: ~20; -ffunction-sections objects: ~100,000)
+MAX_GAP = 64 << 10  # bytes of padding tolerated between containers (the linker pads to 8 or 16)
 
 
 class FatbinError(ValueError):
@@ -72,7 +82,7 @@ class KernelImage:
 
 def parse_fatbin(data: bytes) -> list[KernelImage]:
     """Entries of every container in ``data`` (a section's bytes, or a ``.fatbin`` file)."""
-    return _read_section(io.BytesIO(data), 0, len(data))
+    return _read_section(io.BytesIO(data), 0, len(data), len(data))
 
 
 def _image(kind: int, size: int, header: bytes, at: int) -> KernelImage | None:
@@ -95,19 +105,46 @@ def _image(kind: int, size: int, header: bytes, at: int) -> KernelImage | None:
 _ELF_MAGIC = b"\x7fELF"
 
 
-def _sections(fh: object, path: str) -> list[tuple[str, int, int]]:
-    """(name, file offset, size) of an ELF file's sections, from its section table only."""
+def fatbin_sections(fh: BinaryIO, file_size: int) -> dict[str, tuple[int, int]]:
+    """(file offset, size) of the fat binary sections (`FATBIN_SECTIONS`) of an ELF file.
+
+    pyelftools reads the ELF header, the section table and the section names; before it walks
+    the table, its place and entry count (at most `MAX_SECTIONS`, extended numbering included)
+    are checked against the file's real size, so a hostile header costs a bounded amount of I/O.
+    The offsets returned are checked by `_read_section` before anything is read there.
+    """
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     try:
-        elf = ELFFile(fh)  # type: ignore[arg-type]
-        return [
-            (s.name, s["sh_offset"], s["sh_size"])
-            for s in elf.iter_sections()
-            if s["sh_type"] != "SHT_NOBITS"
-        ]
-    except (ELFError, struct.error, ValueError, OSError, KeyError, AssertionError) as exc:
+        elf = ELFFile(fh)
+        shoff, shentsize = elf.header["e_shoff"], elf.header["e_shentsize"]
+        if shoff == 0:
+            return {}  # no section table
+        count = elf.num_sections()
+        if count > MAX_SECTIONS:
+            raise FatbinError(f"not a readable ELF file: {count:,} sections")
+        if shoff + count * shentsize > file_size:
+            raise FatbinError(f"section table at offset {shoff:#x} runs past the end of the file")
+        found: dict[str, tuple[int, int]] = {}
+        for section in elf.iter_sections():
+            if section["sh_type"] == "SHT_NOBITS":
+                continue
+            if section.name in FATBIN_SECTIONS and section.name not in found:
+                found[section.name] = (section["sh_offset"], section["sh_size"])
+        return found
+    except FatbinError:
+        raise
+    except (
+        ELFError,
+        struct.error,
+        ValueError,
+        OverflowError,
+        OSError,
+        KeyError,
+        IndexError,
+        AssertionError,
+    ) as exc:
         raise FatbinError(f"not a readable ELF file: {exc}") from exc
 
 
@@ -123,63 +160,108 @@ def _cubin_image(header: bytes) -> KernelImage | None:
     return KernelImage("sass", number, "", None, False, 0) if 10 <= number <= 999 else None
 
 
+def _open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file (a FIFO would block, a device never end)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise FatbinError("not a regular file (a FIFO, socket or device)")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FatbinError("not a regular file (a FIFO, socket or device)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_kernel_images(path: str) -> list[KernelImage]:
-    """Kernel images in a shared object, object file, ``.cubin`` or ``.fatbin``; [] when it has none."""
-    with open(path, "rb") as fh:
+    """Kernel images in a shared object, object file, ``.cubin`` or ``.fatbin``; [] when it has none.
+
+    Raises `FatbinError` for a file that is damaged, hostile or not a regular file, `OSError` when it cannot be read.
+    """
+    with _open_regular(path) as fh:
+        file_size = os.fstat(fh.fileno()).st_size
         head = fh.read(64)
         if head[:4] == struct.pack("<I", FATBIN_MAGIC):
-            return _read_section(fh, 0, os.fstat(fh.fileno()).st_size)
+            return _read_section(fh, 0, file_size, file_size)
         if head[:4] != _ELF_MAGIC:
             return []
         cubin = _cubin_image(head)
         if cubin is not None:
             return [cubin]
-        fh.seek(0)
-        sections = {
-            name: (offset, size) for name, offset, size in _sections(fh, path) if name in FATBIN_SECTIONS
-        }
+        sections = fatbin_sections(fh, file_size)
         # What the driver loads: the executable fat binary; the relocatable one (device linking)
         # only where there is no other, as cuobjdump lists them.
         for name in FATBIN_SECTIONS:
             if name in sections and sections[name][1]:
-                return _read_section(fh, *sections[name])
+                return _read_section(fh, *sections[name], file_size)
         return []
 
 
-def _read_section(fh: object, offset: int, size: int) -> list[KernelImage]:
-    """Walk a fatbin section by seeking over payloads: only headers are read."""
-    f = fh
+def _read_section(fh: BinaryIO, offset: int, size: int, file_size: int) -> list[KernelImage]:
+    """Walk a fatbin section by seeking over payloads: only headers (and short gaps) are read."""
+    if offset < 0 or size < 0 or offset + size > file_size:
+        raise FatbinError(
+            f"fat binary section at offset {offset:#x} (size {size:#x}) runs past the end of the file"
+        )
     images: list[KernelImage] = []
+    entries = containers = 0
     pos, end = offset, offset + size
     while pos + _CONTAINER.size <= end:
-        f.seek(pos)  # type: ignore[attr-defined]
-        raw = f.read(_CONTAINER.size)  # type: ignore[attr-defined]
+        fh.seek(pos)
+        raw = fh.read(_CONTAINER.size)
         if len(raw) < _CONTAINER.size:
             raise FatbinError("the fatbin section is truncated")
         magic, _version, header_size, fat_size = _CONTAINER.unpack(raw)
         if magic != FATBIN_MAGIC:
-            pos += 8  # containers are 8-byte aligned; padding between them
+            pos = _next_container(fh, pos, end)  # padding between containers (8-byte aligned)
             continue
+        containers += 1
+        if containers > MAX_CONTAINERS:
+            raise FatbinError(f"more than {MAX_CONTAINERS:,} fat binary containers")
         stop = pos + header_size + fat_size
         if header_size < _CONTAINER.size or stop > end:
             raise FatbinError(f"fat binary container at file offset {pos} runs past its section")
         entry = pos + header_size
         while entry + _ENTRY.size + _ENTRY_REST.size <= stop:
-            f.seek(entry)  # type: ignore[attr-defined]
-            blob = f.read(_ENTRY.size + _ENTRY_REST.size)  # type: ignore[attr-defined]
+            fh.seek(entry)
+            blob = fh.read(_ENTRY.size + _ENTRY_REST.size)
             if len(blob) < _ENTRY.size + _ENTRY_REST.size:
                 raise FatbinError(f"fat binary entry at file offset {entry} is truncated")
             kind, _v, ehs, psize = _ENTRY.unpack_from(blob, 0)
             if ehs < _ENTRY.size + _ENTRY_REST.size or entry + ehs + psize > stop:
                 raise FatbinError(f"fat binary entry at file offset {entry} is malformed")
+            entries += 1
+            if entries > MAX_ENTRIES:
+                raise FatbinError(f"more than {MAX_ENTRIES:,} fat binary entries")
             image = _image(kind, psize, blob, _ENTRY.size)
             if image is not None:
                 images.append(image)
-                if len(images) > MAX_ENTRIES:
-                    raise FatbinError("more than 100,000 fat binary entries")
             entry += ehs + psize
         pos = stop
     return images
+
+
+def _next_container(fh: BinaryIO, pos: int, end: int) -> int:
+    """The offset of the next container magic after ``pos`` (8-byte steps), ``end`` when the section has none.
+
+    At most `MAX_GAP` bytes are searched, in one read: a section that is mostly not fat binary
+    (a claim of gigabytes of zeros) is an error, not a walk over all of it.
+    """
+    fh.seek(pos)
+    window = fh.read(min(MAX_GAP, end - pos))
+    magic = _CONTAINER.pack(FATBIN_MAGIC, 0, 0, 0)[:4]
+    at = window.find(magic, 8)
+    while at != -1 and at % 8:
+        at = window.find(magic, at + 1)
+    if at != -1:
+        return pos + at
+    if pos + len(window) + _CONTAINER.size > end:
+        return end  # only padding up to the end of the section
+    raise FatbinError(
+        f"no fat binary container in the {MAX_GAP:,} bytes after file offset {pos:#x}: not a fat binary section"
+    )
 
 
 # -- coverage -------------------------------------------------------------------------------

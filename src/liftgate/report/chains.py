@@ -13,6 +13,7 @@ from typing import Any
 from liftgate.arch.core import Arch
 from liftgate.chain.view import ChainMember, ChainView, title, view
 from liftgate.model import Chain, Report, Verdict
+from liftgate.report.interface import printable
 from liftgate.report.select import condition_text, distinct_targets, verdict_text
 
 MAX_VIA_SHOWN = 3
@@ -141,4 +142,4 @@ def chain_text(
     targets = [v.target.name for v in views if v.verdict is not None]
     if targets:
         lines.append((f"    lift as one: liftgate lift --chain {chain.root_id} -t {targets[0]}", "dim"))
-    return lines
+    return [(printable(line), style) for line, style in lines]

@@ -8,6 +8,7 @@ filter chosen on the command line means the same thing in a terminal table and i
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,3 +56,47 @@ class Formatter(Protocol):
     """Turns a report into text. Pure: no I/O, the same input always gives the same output."""
 
     def format(self, report: Report, options: RenderOptions) -> str: ...
+
+
+# What a report must not print as it is: lone surrogates (a file name that is not UTF-8, decoded
+# with surrogateescape: no file or terminal can encode them), and control characters, which
+# would reach a terminal (``\x1b]0;`` retitles it, ``\x1b[2J`` clears it) or break a line.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNSAFE_KEEPING_SGR = re.compile("\x1b\\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escaped(char: str, backslash: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the byte the name really has
+        return f"{backslash}x{code - 0xDC00:02x}"
+    if 0xD800 <= code <= 0xDFFF:
+        return f"{backslash}u{code:04x}"
+    return f"{backslash}x{code:02x}"
+
+
+def printable(text: str, *, keep_sgr: bool = False) -> str:
+    """``text`` safe to write anywhere: lone surrogates and control characters but newline and tab
+    as backslash escapes (``caf\\xe9.cu``, as `liftgate.sources` lists such names). ``keep_sgr``
+    keeps the colour sequences (``ESC [ … m``) a coloured table is made of."""
+    pattern = _UNSAFE_KEEPING_SGR if keep_sgr else _UNSAFE
+    if pattern.search(text) is None:
+        return text
+
+    def escape(match: re.Match[str]) -> str:
+        found = match.group()
+        return found if len(found) > 1 else _escaped(found, "\\")
+
+    return pattern.sub(escape, text)
+
+
+def printable_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) safe to write: a lone surrogate becomes
+    the characters ``\\xe9`` (what `printable` gives), other unsafe characters JSON escapes."""
+    if _UNSAFE.search(text) is None:
+        return text
+
+    def escape(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return _escaped(match.group(), "\\\\") if 0xD800 <= code <= 0xDFFF else f"\\u{code:04x}"
+
+    return _UNSAFE.sub(escape, text)

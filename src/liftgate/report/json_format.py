@@ -28,7 +28,7 @@ from liftgate.model import (
     Verdict,
 )
 from liftgate.report.chains import chain_to_dict
-from liftgate.report.interface import GroupBy, RenderOptions
+from liftgate.report.interface import GroupBy, RenderOptions, printable_json
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
@@ -217,4 +217,6 @@ class JsonFormatter:
     """``--format json``."""
 
     def format(self, report: Report, options: RenderOptions) -> str:
-        return json.dumps(report_to_dict(report, options), indent=2, ensure_ascii=False) + "\n"
+        return (
+            printable_json(json.dumps(report_to_dict(report, options), indent=2, ensure_ascii=False)) + "\n"
+        )

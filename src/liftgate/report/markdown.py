@@ -16,7 +16,7 @@ from itertools import groupby
 from liftgate.arch.core import Arch
 from liftgate.model import Confidence, Gate, Report, Status, Verdict, VerdictKind
 from liftgate.report.chains import chain_views, verdict_line
-from liftgate.report.interface import GroupBy, RenderOptions, Show
+from liftgate.report.interface import GroupBy, RenderOptions, Show, printable
 from liftgate.report.select import (
     admits_text,
     condition_text,
@@ -283,6 +283,10 @@ class MarkdownFormatter:
     """``--format markdown``."""
 
     def format(self, report: Report, options: RenderOptions) -> str:
+        # Names that are not UTF-8, control characters: escaped, whichever field they come from.
+        return printable(self._format(report, options))
+
+    def _format(self, report: Report, options: RenderOptions) -> str:
         lines = [_heading(report, options), "", escape_text(summary_line(report)), ""]
         lines += _verdict_counts_table(report)
         # Verdict columns only in a judged report, so that other reports render as they always did.

@@ -34,7 +34,7 @@ from liftgate.model import (
     Verdict,
     VerdictKind,
 )
-from liftgate.report.interface import RenderOptions
+from liftgate.report.interface import RenderOptions, printable_json
 from liftgate.report.json_format import gate_trace_to_dict, trace_to_dict
 from liftgate.report.select import (
     admits_text,
@@ -186,7 +186,8 @@ def _rule_to_dict(rule: Rule) -> dict[str, Any]:
 
 
 def _artifact(path: str) -> dict[str, str]:
-    return {"uri": quote(path, safe="/"), "uriBaseId": PACKAGE_ROOT}
+    # A name that is not UTF-8 (surrogateescape) is percent-encoded as the bytes it really has.
+    return {"uri": quote(path, safe="/", errors="surrogateescape"), "uriBaseId": PACKAGE_ROOT}
 
 
 def _sentence(text: str) -> str:
@@ -390,4 +391,6 @@ class SarifFormatter:
     """``--format sarif``."""
 
     def format(self, report: Report, options: RenderOptions) -> str:
-        return json.dumps(report_to_sarif(report, options), indent=2, ensure_ascii=False) + "\n"
+        return (
+            printable_json(json.dumps(report_to_sarif(report, options), indent=2, ensure_ascii=False)) + "\n"
+        )

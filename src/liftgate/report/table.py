@@ -37,7 +37,7 @@ from liftgate.model import (
     VerdictKind,
 )
 from liftgate.report.chains import chain_text
-from liftgate.report.interface import GroupBy, RenderOptions
+from liftgate.report.interface import GroupBy, RenderOptions, printable
 from liftgate.report.select import (
     admits_text,
     condition_text,
@@ -422,6 +422,10 @@ class TableFormatter:
     """``--format table``: what a person reads in a terminal."""
 
     def format(self, report: Report, options: RenderOptions) -> str:
+        # Names that are not UTF-8, control characters: escaped, whichever field they come from.
+        return printable(self._format(report, options), keep_sgr=options.color)
+
+    def _format(self, report: Report, options: RenderOptions) -> str:
         out = io.StringIO()
         console = Console(
             file=out,

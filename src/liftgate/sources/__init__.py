@@ -24,7 +24,14 @@ from liftgate.sources.archive import SDIST_SUFFIXES, CorruptArchiveError, archiv
 from liftgate.sources.cache import cache_root as _cache_root
 from liftgate.sources.environment import is_site_packages, is_virtualenv, resolve_environment
 from liftgate.sources.index import FetchRequest, fetch, local_url_path
-from liftgate.sources.interface import NullObserver, Observer, Package, SourceError, SourceFile
+from liftgate.sources.interface import (
+    NullObserver,
+    Observer,
+    Package,
+    SourceError,
+    SourceFile,
+    display_name,
+)
 from liftgate.sources.metadata import project_metadata
 from liftgate.sources.tree import walk_tree
 
@@ -67,7 +74,8 @@ def _looks_like_path(spec: str) -> bool:
 
 def _directory_package(path: str, origin: str, observer: Observer) -> tuple[Package, list[Skip]]:
     name, version = project_metadata(path)
-    name = name or os.path.basename(os.path.normpath(path)) or path
+    name = name or display_name(os.path.basename(os.path.normpath(path)) or path)
+    origin = display_name(origin)
     observer.start(f"Listing {origin}")
     try:
         files, skips = walk_tree(path, package=name, version=version, observer=observer)
@@ -79,9 +87,9 @@ def _directory_package(path: str, origin: str, observer: Observer) -> tuple[Pack
 def _single_file_package(path: str, origin: str) -> Package:
     file_stat = os.stat(path)
     filename = os.path.basename(path)
-    name = os.path.splitext(filename)[0] or filename
-    source = SourceFile(name, None, filename, path, file_stat.st_size, file_stat.st_mtime_ns)
-    return Package(name=name, version=None, origin=origin, files=(source,))
+    name = display_name(os.path.splitext(filename)[0] or filename)
+    source = SourceFile(name, None, display_name(filename), path, file_stat.st_size, file_stat.st_mtime_ns)
+    return Package(name=name, version=None, origin=display_name(origin), files=(source,))
 
 
 class _Resolver:

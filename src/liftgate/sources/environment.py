@@ -5,14 +5,18 @@ A distribution's files are the ones its installer recorded (``*.dist-info/RECORD
 distribution are never attributed to one. Name and version come from the ``METADATA`` headers,
 read directly rather than through ``importlib.metadata`` so any interpreter's environment
 (another venv, a container's prefix) can be scanned. Files listed but missing are ignored (stale
-RECORDs are common). An editable install's code lives in its project directory, which is listed
-in place of the code it does not have in site-packages.
+RECORDs are common); listed paths that lead out of the environment's prefix (``..`` past it, or
+absolute elsewhere) are `Skip`s, never read. An editable install's code lives in its project
+directory, which is listed in place of the code it does not have in site-packages, unless it is
+a system directory (/proc, /sys, /dev) or the file system's root. Only regular files are
+opened, so a FIFO named METADATA or RECORD cannot block the run.
 """
 
 from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 import os
 import posixpath
@@ -23,7 +27,16 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from liftgate.model import Skip
-from liftgate.sources.interface import NullObserver, Observer, Package, SourceError, SourceFile
+from liftgate.sources.interface import (
+    NullObserver,
+    Observer,
+    Package,
+    SourceError,
+    SourceFile,
+    display_name,
+    is_system_path,
+    open_regular,
+)
 from liftgate.sources.metadata import read_metadata_headers
 from liftgate.sources.tree import walk_tree
 
@@ -96,37 +109,78 @@ def _name_version_from_dirname(dirname: str) -> tuple[str, str | None]:
     return name, (version.split("-")[0] or None) if sep else None
 
 
+def install_prefix(site: str) -> str:
+    """The prefix ``site`` was installed under: where a RECORD's ``../../../bin/tool`` may lead.
+
+    ``PREFIX/lib/python3.X/site-packages`` (and ``lib64``, ``dist-packages``, ``local/lib``)
+    and ``PREFIX/Lib/site-packages`` give PREFIX; any other directory is its own prefix.
+    """
+    site = os.path.normpath(os.path.abspath(site))
+    parent, name = os.path.split(site)
+    if name not in _SITE_DIR_NAMES:
+        return site
+    if os.path.basename(parent) == "Lib":
+        return os.path.dirname(parent)
+    lib = os.path.dirname(parent)
+    if os.path.basename(parent).startswith("python") and os.path.basename(lib) in ("lib", "lib64"):
+        return os.path.dirname(lib)
+    return site
+
+
+def _within(directory: str, path: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
 def _stat_files(
-    site: str, paths: Iterable[str], name: str, version: str | None, skips: list[Skip]
+    site: str,
+    paths: Iterable[str],
+    name: str,
+    version: str | None,
+    skips: list[Skip],
+    listing: str,
 ) -> list[SourceFile]:
+    """The regular files of ``paths`` (as ``listing``, a RECORD, lists them) that exist inside the prefix."""
     files: list[SourceFile] = []
     prefix = os.path.join(site, "")  # plain concatenation below: this loop runs once per installed file
+    root = install_prefix(site)
     for rel in dict.fromkeys(paths):  # RECORDs occasionally list a file twice
         fspath = prefix + rel
-        if ".." in rel:
-            fspath = os.path.normpath(fspath)
+        if ".." in rel or os.path.isabs(rel):
+            fspath = os.path.normpath(os.path.join(site, rel))
+            if not _within(root, fspath):
+                reason = f"listed in {listing} but outside the environment ({root}); not read"
+                skips.append(Skip(display_name(rel), reason, name))
+                continue
         try:
             file_stat = os.stat(fspath)
         except FileNotFoundError:
             continue  # recorded but gone: common, not worth a word
-        except OSError as exc:
-            skips.append(Skip(rel, f"cannot stat: {exc.strerror or exc}", name))
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+            skips.append(
+                Skip(display_name(rel), f"cannot stat: {getattr(exc, 'strerror', None) or exc}", name)
+            )
             continue
         if stat.S_ISREG(file_stat.st_mode):
-            files.append(SourceFile(name, version, rel, fspath, file_stat.st_size, file_stat.st_mtime_ns))
+            shown = display_name(rel)
+            files.append(SourceFile(name, version, shown, fspath, file_stat.st_size, file_stat.st_mtime_ns))
     return files
 
 
+def _read_lines(path: str) -> io.TextIOWrapper:
+    """A text stream over a regular file (names that are not UTF-8 kept as surrogates, for ``os``)."""
+    return io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="surrogateescape", newline="")
+
+
 def _record_paths(record: str) -> list[str]:
-    with open(record, encoding="utf-8", errors="replace", newline="") as stream:
+    with _read_lines(record) as stream:
         return [row[0] for row in csv.reader(stream) if row and row[0]]
 
 
 def _editable_project(dist_info: str) -> str | None:
     """The project directory of an editable install (PEP 660 ``direct_url.json``), else None."""
     try:
-        with open(os.path.join(dist_info, "direct_url.json"), encoding="utf-8") as stream:
-            direct_url = json.load(stream)
+        with open_regular(os.path.join(dist_info, "direct_url.json")) as stream:
+            direct_url = json.loads(stream.read(1 << 20))
     except (OSError, ValueError):
         return None
     if not isinstance(direct_url, dict):
@@ -146,7 +200,7 @@ def _dist_info_package(
 ) -> Package | None:
     dist_info = os.path.join(site, dirname)
     headers = read_metadata_headers(os.path.join(dist_info, "METADATA"))
-    fallback_name, fallback_version = _name_version_from_dirname(dirname)
+    fallback_name, fallback_version = _name_version_from_dirname(display_name(dirname))
     name = headers.get("name") or fallback_name
     version = headers.get("version") or fallback_version
     try:
@@ -157,11 +211,16 @@ def _dist_info_package(
     except (OSError, csv.Error) as exc:
         skips.append(Skip(f"{dirname}/RECORD", f"cannot read RECORD: {exc}", name))
         return None
-    files = _stat_files(site, recorded, name, version, skips)
+    files = _stat_files(site, recorded, name, version, skips, f"{dirname}/RECORD")
 
     project = _editable_project(dist_info)
     if project is not None:
-        if os.path.isdir(project):
+        real = os.path.realpath(project)
+        if is_system_path(real) or os.path.dirname(real) == real:
+            observer.note(f"{name} is an editable install whose source is {project}: not listed")
+            reason = "editable install's source is a system directory (/proc, /sys, /dev or /); not listed"
+            skips.append(Skip(display_name(project), reason, name))
+        elif os.path.isdir(project):
             observer.note(f"{name} is an editable install; scanning its source at {project}")
             project_files, project_skips = walk_tree(project, package=name, version=version)
             files.extend(project_files)
@@ -175,13 +234,11 @@ def _dist_info_package(
 def _egg_info_package(site: str, dirname: str, origin: str, skips: list[Skip]) -> Package | None:
     egg_info = os.path.join(site, dirname)
     headers = read_metadata_headers(os.path.join(egg_info, "PKG-INFO"))
-    fallback_name, fallback_version = _name_version_from_dirname(dirname)
+    fallback_name, fallback_version = _name_version_from_dirname(display_name(dirname))
     name = headers.get("name") or fallback_name
     version = headers.get("version") or fallback_version
     try:
-        with open(
-            os.path.join(egg_info, "installed-files.txt"), encoding="utf-8", errors="replace"
-        ) as stream:
+        with _read_lines(os.path.join(egg_info, "installed-files.txt")) as stream:
             listed = [line.strip() for line in stream if line.strip()]
     except OSError:
         skips.append(
@@ -189,15 +246,14 @@ def _egg_info_package(site: str, dirname: str, origin: str, skips: list[Skip]) -
         )
         return None
     paths = [posixpath.normpath(f"{dirname}/{line}") for line in listed]
-    return Package(
-        name=name, version=version, origin=origin, files=tuple(_stat_files(site, paths, name, version, skips))
-    )
+    files = _stat_files(site, paths, name, version, skips, f"{dirname}/installed-files.txt")
+    return Package(name=name, version=version, origin=origin, files=tuple(files))
 
 
 def resolve_site_packages(site: str, *, observer: Observer | None = None) -> tuple[list[Package], list[Skip]]:
     """One `Package` per distribution installed in ``site``."""
     observer = observer or NullObserver()
-    origin = f"env:{site}"
+    origin = f"env:{display_name(site)}"
     try:
         with os.scandir(site) as entries:
             dist_dirs = sorted(

@@ -9,8 +9,12 @@ does. Anything a source could not list is a `liftgate.model.Skip`, not an except
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,8 +23,8 @@ class SourceFile:
 
     package: str  # distribution name as published, e.g. "flashinfer-python"
     version: str | None
-    path: str  # POSIX path inside the package, e.g. "flashinfer/data/include/flashinfer/comm/x.cuh"
-    fspath: str  # absolute path on disk to read the bytes from
+    path: str  # POSIX path inside the package, e.g. "flashinfer/data/include/flashinfer/comm/x.cuh" (`display_name`)
+    fspath: str  # absolute path on disk to read the bytes from (the real name, maybe not valid UTF-8)
     size: int
     mtime_ns: int
 
@@ -65,3 +69,62 @@ class NullObserver:
 
     def note(self, message: str) -> None:
         pass
+
+
+# C0 and C1 control characters, DEL, and the lone surrogates ``os`` decodes undecodable bytes to.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the byte the name really has
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def display_name(name: str) -> str:
+    """``name`` as a package path may show it: valid UTF-8 without control characters.
+
+    A file name that is not valid UTF-8 reaches Python with each undecodable byte as a lone
+    surrogate (``surrogateescape``), which no report, cache or hash can encode; control
+    characters would reach a terminal. Both become backslash escapes (``caf\\xe9.cu``); every
+    other name is returned as it is. `SourceFile.fspath` keeps the real name to read the bytes.
+    """
+    return name if _UNPRINTABLE.search(name) is None else _UNPRINTABLE.sub(_escape, name)
+
+
+# Pseudo file systems: reading them hangs (``/proc/kmsg``, ``/dev/zero``) or never ends.
+SYSTEM_DIRS = ("/proc", "/sys", "/dev")
+
+
+def is_system_path(path: str) -> bool:
+    """Whether ``path`` (absolute, already resolved) is or lies under /proc, /sys or /dev."""
+    return any(path == top or path.startswith(top + "/") for top in SYSTEM_DIRS)
+
+
+def open_regular(path: str) -> BinaryIO:
+    """Open ``path`` for reading bytes, refusing anything but a regular file.
+
+    A FIFO would block the open forever, a device or socket would read without end (and opening
+    some devices does something). The path is checked before the open, and what was opened (with
+    ``O_NONBLOCK``, so a FIFO swapped in meanwhile cannot block) again after it. Raises `OSError`
+    (``EINVAL``, "not a regular file") for the others. Wrap it in `io.TextIOWrapper` for text.
+    """
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, _NOT_REGULAR, path)
+    flags = (
+        os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, _NOT_REGULAR, path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+_NOT_REGULAR = "not a regular file (a FIFO, socket, device or directory)"

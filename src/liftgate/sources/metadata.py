@@ -14,16 +14,25 @@ import re
 import sys
 from collections.abc import Sequence
 
+from liftgate.sources.interface import display_name, open_regular
+
+# A declaration file larger than this is not one (the largest real pyproject.toml is ~50 KB).
+MAX_DECLARATION_BYTES = 4 << 20
+
 
 def read_metadata_headers(path: str) -> dict[str, str]:
     """The first value of each header of a core-metadata file (keys lower-cased); {} if unreadable.
 
     Stops at the blank line that ends the headers: the body (often the whole README) is never read.
+    Only a regular file is opened (a FIFO named METADATA would block), and no more than
+    `MAX_DECLARATION_BYTES` of it is read.
     """
     headers: dict[str, str] = {}
     try:
-        with open(path, "rb") as stream:
-            for raw_line in stream:
+        with open_regular(path) as stream:
+            for raw_line in iter(lambda: stream.readline(64 << 10), b""):
+                if stream.tell() > MAX_DECLARATION_BYTES:
+                    break
                 line = raw_line.decode("utf-8", "replace").rstrip("\r\n")
                 if not line.strip():
                     break
@@ -31,7 +40,7 @@ def read_metadata_headers(path: str) -> dict[str, str]:
                     continue  # continuation line of a multi-line header
                 key, sep, value = line.partition(":")
                 if sep:
-                    headers.setdefault(key.strip().lower(), value.strip())
+                    headers.setdefault(key.strip().lower(), display_name(value.strip()))
     except OSError:
         return headers
     return headers
@@ -57,13 +66,20 @@ def parse_pyproject_project(text: str) -> dict[str, str]:
     return found
 
 
-def _pyproject(root: str) -> dict[str, str]:
+def _read_declaration(path: str) -> str | None:
+    """The text of a small regular file, None when it is missing, not regular, unreadable or too big."""
     try:
-        with open(os.path.join(root, "pyproject.toml"), "rb") as stream:
-            data = stream.read()
+        with open_regular(path) as stream:
+            data = stream.read(MAX_DECLARATION_BYTES + 1)
     except OSError:
+        return None
+    return None if len(data) > MAX_DECLARATION_BYTES else data.decode("utf-8", "replace")
+
+
+def _pyproject(root: str) -> dict[str, str]:
+    text = _read_declaration(os.path.join(root, "pyproject.toml"))
+    if text is None:
         return {}
-    text = data.decode("utf-8", "replace")
     if sys.version_info >= (3, 11):
         import tomllib
 
@@ -78,10 +94,13 @@ def _pyproject(root: str) -> dict[str, str]:
 
 
 def _setup_cfg(root: str) -> dict[str, str]:
+    text = _read_declaration(os.path.join(root, "setup.cfg"))
+    if text is None:
+        return {}
     parser = configparser.RawConfigParser()
     try:
-        parser.read(os.path.join(root, "setup.cfg"), encoding="utf-8")
-    except (configparser.Error, UnicodeDecodeError):
+        parser.read_string(text)
+    except configparser.Error:
         return {}
     found: dict[str, str] = {}
     for key in ("name", "version"):
@@ -110,4 +129,5 @@ def project_metadata(
         version = version or found.get("version") or None
         if name and version:
             break
-    return name, version
+    # Declared values go into reports and hashes: no control characters or lone surrogates.
+    return (display_name(name) if name else None), (display_name(version) if version else None)

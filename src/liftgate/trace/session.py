@@ -6,6 +6,11 @@
 into a `Trace`. Nothing outside that directory changes: the user's files, environment and
 ``sitecustomize`` stay as they are (theirs still runs, after ours).
 
+The command runs in a process group of its own (`liftgate.procgroup`): on ``--timeout`` or a
+Ctrl-C the whole group gets SIGINT (so traced Python processes write what they recorded), then
+SIGTERM, then SIGKILL, each after `GRACE_S` seconds in which it has not exited, so a shell's
+background children do not outlive the trace.
+
 Gate probes come from a static scan of the environment the command runs in (`probes_for`):
 each Python gate's condition lines and blocks, by the real path of its file.
 """
@@ -24,11 +29,13 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from liftgate import procgroup
 from liftgate.model import Gate, GateKind
 from liftgate.trace import runtime
 from liftgate.trace.document import AsArch, Trace, merge
 
 RUNTIME_MODULE = "_liftgate_trace_runtime"
+GRACE_S = 10.0  # for each signal of a stop: SIGINT, SIGTERM, then SIGKILL
 _BRANCHING = ("if", "elif", "while")
 
 SITECUSTOMIZE = f'''"""Written by `liftgate trace` for one traced command: start liftgate's tracer, then run the
@@ -201,28 +208,23 @@ def run_traced(
         exit_code: int | None
         error = None
         try:
-            proc = subprocess.Popen(list(command), env=env, cwd=cwd)
+            proc = procgroup.start(command, env=env, cwd=cwd)
         except OSError as exc:
             exit_code, error = None, f"cannot run {command[0]!r}: {exc.strerror or exc}"
         else:
             try:
-                exit_code = proc.wait(timeout=timeout)
+                with procgroup.forwarding(proc):
+                    exit_code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    exit_code = proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    exit_code = proc.wait()
+                exit_code = procgroup.stop(proc, signal.SIGINT, GRACE_S)
                 all_notes.append(f"the command ran past {timeout:g} s and was interrupted")
             except KeyboardInterrupt:
-                # The command got the same Ctrl-C (one process group); let it finish writing.
-                try:
-                    exit_code = proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    exit_code = proc.wait()
+                # The command runs in its own process group: pass the Ctrl-C on, let it finish writing.
+                exit_code = procgroup.stop(proc, signal.SIGINT, GRACE_S)
                 all_notes.append("interrupted (Ctrl-C): the trace holds what ran until then")
+            except procgroup.Terminated as exc:
+                procgroup.stop(proc, exc.signum, GRACE_S)
+                raise SystemExit(128 + exc.signum) from None
         files = [os.path.join(records, n) for n in os.listdir(records) if n.endswith(".jsonl")]
         if not files and error is None:
             all_notes.append(

@@ -11,12 +11,18 @@ or wrote output that differs from the stock run's beyond tolerance, whatever its
 ``regression`` when the primary metric is worse lifted by more than the threshold and the two
 states' ranges do not overlap; ``pass`` otherwise (with a plain note when the difference is
 within noise). A stock run that fails makes the check itself unusable: an error, not a verdict.
+
+Each run's command leads a process group of its own (`liftgate.procgroup`), its output going
+straight to the run's log: on ``--timeout`` the whole group gets SIGTERM, then SIGKILL after
+`GRACE_S` seconds, so a shell's background children do not outlive the run; a Ctrl-C is
+passed on to the group (SIGINT, then the same escalation) before verify stops.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import time
@@ -24,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from liftgate import procgroup
 from liftgate.verify.compare import Comparison, compare_files
 from liftgate.verify.metrics import MetricSpec, collect, higher_is_better
 from liftgate.verify.telemetry import Sampler
@@ -35,6 +42,7 @@ NO_KERNEL = (
     "cudaErrorNoKernelImageForDevice",
 )
 EXIT = {"pass": 0, "failure": 1, "regression": 3}
+GRACE_S = 5.0  # between SIGTERM and SIGKILL when a run times out
 
 
 class VerifyError(Exception):
@@ -131,22 +139,24 @@ def run_command(
     started = time.perf_counter()
     with sampler() as telemetry, open(log, "wb") as out:
         try:
-            proc = subprocess.run(
-                list(opts.command),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                timeout=opts.timeout_s,
-                check=False,
-            )
-            output, code = proc.stdout, proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            output, code = exc.output or b"", -9
+            proc = procgroup.start(opts.command, stdout=out, stderr=subprocess.STDOUT, env=env)
         except OSError as exc:
             raise VerifyError(f"cannot run {opts.command[0]}: {exc.strerror or exc}") from exc
-        out.write(output)
+        try:
+            with procgroup.forwarding(proc):
+                code = proc.wait(timeout=opts.timeout_s)
+        except subprocess.TimeoutExpired:
+            procgroup.stop(proc, signal.SIGTERM, GRACE_S)
+            code = -9
+        except KeyboardInterrupt:
+            procgroup.stop(proc, signal.SIGINT, GRACE_S)
+            raise
+        except procgroup.Terminated as exc:
+            procgroup.stop(proc, exc.signum, GRACE_S)
+            raise SystemExit(128 + exc.signum) from None
     wall = time.perf_counter() - started
-    text = output.decode("utf-8", "replace")
+    with open(log, "rb") as fh:
+        text = fh.read().decode("utf-8", "replace")
     run = Run(
         state,
         index,
