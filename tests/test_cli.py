@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -195,3 +196,104 @@ def test_wheel_source_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
     code, out, _ = _run(["scan", str(wheel), "-t", "sm_121", "--format", "markdown", "-q"], capsys)
     assert code == 0
     assert "minikern" in out and "gated.cuh" in out
+
+
+# --- the first hour: what the report says about itself ---------------------------------------------
+
+
+def _many_gates_package(tmp_path: Path, count: int, examples: int = 0) -> Path:
+    """A tree whose include/many.cuh has ``count`` gates excluding sm_120, and examples/ ``examples`` more."""
+    root = tmp_path / "pkg"
+    for folder, n in (("include", count), ("cutlass/examples", examples)):
+        if not n:
+            continue
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        lines = ["#pragma once"]
+        for i in range(n):
+            lines += [
+                "#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1200)"
+                f" // kernel schedule {i}, enabled for this build of the library",
+                f"__device__ void k{i}();",
+                "#endif",
+            ]
+        (root / folder / "many.cuh").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_fail_on_says_which_gates_match(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _many_gates_package(tmp_path, 7)
+    code, out, err = _run(
+        ["scan", str(root), "-t", "sm_120", "--fail-on", "excluded", "--no-judge", "-q", "-f", "json"], capsys
+    )
+    assert code == 1
+    ids = [g["id"] for g in json.loads(out)["gates"]]
+    (line,) = err.splitlines()  # even with -q: it is the reason for the exit status
+    first = ", ".join(f"{gate_id} include/many.cuh:{2 + 3 * i}" for i, gate_id in enumerate(ids[:5]))
+    assert line == f"--fail-on excluded: 7 gates match (first: {first}, …)"
+    code, _, err = _run(["scan", str(_package(tmp_path / "one")), "-t", "sm_120", "--fail-on", "any"], capsys)
+    assert code == 1
+    assert re.search(
+        r"^--fail-on any: 1 gate matches \(first: cu-[0-9a-f]+ include/gated\.cuh:3\)$", err, re.M
+    )
+    code, _, err = _run(["scan", str(_package(tmp_path / "two")), "-t", "sm_90", "--fail-on", "any"], capsys)
+    assert code == 0 and "--fail-on" not in err
+
+
+def test_a_long_table_has_the_summary_before_and_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _many_gates_package(tmp_path, 41)
+    _, _, err = _run(["scan", str(root), "-t", "sm_120", "--no-judge"], capsys)
+    summary = "scanned 1 file in 1 package (0 skipped), 41 gates, 41 exclude sm_120, 0 unknown"
+    assert [line.startswith(summary) for line in err.splitlines()] == [True, True]
+    _, _, err = _run(
+        ["scan", str(root), "-t", "sm_120", "--no-judge", "--exclude-path", "*", "-f", "table"], capsys
+    )
+    assert len(err.splitlines()) == 1  # a short table: once, after it
+
+
+def test_kind_and_path_narrow_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _many_gates_package(tmp_path, 3, examples=2)
+    _, _, err = _run(["scan", str(root), "-t", "sm_120", "--no-judge", "--kind", "cmake"], capsys)
+    assert "0 cmake gates (of 5 found), 0 exclude sm_120" in err
+    _, out, err = _run(
+        ["scan", str(root), "-t", "sm_120", "--no-judge", "-f", "json", "--exclude-path", "*/examples/*"],
+        capsys,
+    )
+    assert [g["path"] for g in json.loads(out)["gates"]] == ["include/many.cuh"] * 3
+    assert "3 gates at the paths chosen (of 5 found), 3 exclude sm_120" in err
+    _, out, _ = _run(
+        ["scan", str(root), "-t", "sm_120", "--no-judge", "-f", "sarif", "--path", "cutlass/*", "-q"], capsys
+    )
+    uris = {
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+        for r in json.loads(out)["runs"][0]["results"]
+    }
+    assert uris == {"cutlass/examples/many.cuh"}
+
+
+def test_verdict_option_judges_and_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _package(tmp_path)
+    _, out, _ = _run(["scan", str(root), "-t", "sm_120", "-f", "json", "-q", "--no-judge"], capsys)
+    assert "verdicts" not in json.loads(out)["gates"][0]
+    _, out, _ = _run(["scan", str(root), "-t", "sm_120", "-f", "json", "-q", "--no-judge", "--verdict", "liftable",
+                      "--verdict", "blocked", "--verdict", "unknown"], capsys)  # fmt: skip
+    (gate,) = json.loads(out)["gates"]  # --verdict judges, even with --no-judge
+    (verdict,) = gate["verdicts"]
+    other = next(v for v in ("liftable", "blocked", "unknown") if v != verdict["verdict"])
+    _, out, _ = _run(["scan", str(root), "-t", "sm_120", "--verdict", other], capsys)
+    assert "gated.cuh" not in out and f"(--verdict {other})" in out
+
+
+def test_markdown_over_githubs_limit_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _many_gates_package(tmp_path, 600)
+    _, out, err = _run(
+        ["scan", str(root), "-t", "sm_120", "--no-judge", "-f", "markdown", "--show", "all"], capsys
+    )
+    assert len(out) > 65_536
+    assert "> **Note:** this Markdown report is" in out.splitlines()[2]
+    assert f"liftgate: this Markdown report is {len(out):,} characters long, over the 65,536" in err
+    _, out, err = _run(["scan", str(root), "-t", "sm_120", "--no-judge", "-f", "markdown"], capsys)
+    assert len(out) < 65_000 and "65,536" not in err
+    assert out.rstrip("\n").splitlines()[-1].endswith("more gates not shown: use `--show all` (too long for a "
+                                                       "GitHub comment) or `--format json`")  # fmt: skip

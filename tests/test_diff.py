@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,25 @@ def test_cli_json_and_markdown(releases: tuple[str, str], capsys: pytest.Capture
     assert main(["diff", old, new, "-t", "sm_120", "--format", "markdown"]) == 0
     assert "| sm_120 | opened | `k.cuh:3` |" in capsys.readouterr().out
     assert main(["diff", new, old, "-t", "sm_120", "--fail-on", "closed"]) == 1  # going back closes it
+
+
+def test_header_names_each_target_once(releases: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    old, new = releases
+    assert main(["diff", old, new, "-t", "sm_120,sm_90", "--all"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.count("sm_120:") == 1 and header.count("sm_90:") == 1
+    # Each target's counts follow it once: "sm_120: 1 opened, 1 changed, 1 unchanged".
+    assert re.search(r"sm_120: 1 opened, 1 changed, 1 unchanged(;|$)", header)
+    assert main(["diff", old, new, "-t", "sm_120", "--format", "markdown"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(": sm_120: 1 opened, 1 changed") and first.count("sm_120") == 1
+
+
+def test_every_diff_option_has_help() -> None:
+    from liftgate.cli.main import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    diff_parser = subparsers.choices["diff"]
+    missing = [a.dest for a in diff_parser._actions if not a.help]
+    assert missing == []

@@ -644,8 +644,8 @@ def test_markdown_table_cells_never_split(report: Report) -> None:
     text = render(dataclasses.replace(report, gates=(piped,)), OutputFormat.MARKDOWN, RenderOptions())
     rows = [line for line in text.splitlines() if line.startswith("| `flashinfer/")]
     assert len(rows) == 1
-    # Unescaped pipes delimit cells: file:line, condition, admits, two targets.
-    assert len(re.findall(r"(?<!\\)\|", rows[0])) == 6
+    # Unescaped pipes delimit cells: file:line, condition, admits, two targets, id.
+    assert len(re.findall(r"(?<!\\)\|", rows[0])) == 7
     assert r"\|\|" in rows[0]
 
 

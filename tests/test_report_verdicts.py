@@ -20,7 +20,7 @@ import pytest
 import liftgate
 from liftgate.arch.core import Arch
 from liftgate.model import FeatureUse, GateKind, Report, Verdict, VerdictKind
-from liftgate.report import OutputFormat, RenderOptions, render, summary_line
+from liftgate.report import OutputFormat, RenderOptions, VerdictFilter, render, summary_line
 from liftgate.report.json_format import load_schema
 from liftgate.report.summary import VerdictCounts, package_verdict_counts, total_verdict_counts
 from test_report import (
@@ -188,9 +188,24 @@ def test_table_verdict_summary(judged: Report) -> None:
 
 
 def test_table_verdict_summary_even_when_no_gate_is_shown(judged: Report) -> None:
+    # The DeepGEMM gate's verdict is unknown: none is listed, yet its kind's verdicts are counted.
+    options = RenderOptions(
+        kinds=frozenset({GateKind.PY_RUNTIME}), verdicts=frozenset({VerdictFilter.LIFTABLE})
+    )
+    text = render(judged, OutputFormat.TABLE, options)
+    assert text.startswith(
+        "no py-runtime gates exclude sm_120 or sm_90 in 2 packages (3,232 files) (--verdict liftable)"
+    )
+    assert f"  {SGLANG} 0.5.6 for sm_90: 0 liftable, 0 blocked, 1 unknown" in text
+
+
+def test_table_verdict_summary_counts_only_the_kinds_chosen(judged: Report) -> None:
     text = render(judged, OutputFormat.TABLE, RenderOptions(kinds=frozenset({GateKind.CMAKE})))
     assert text.startswith("no cmake gates exclude sm_120 or sm_90")
-    assert f"  {SGLANG} 0.5.6 for sm_90: 0 liftable, 0 blocked, 1 unknown" in text
+    assert "verdicts:" not in text
+    cuda = render(judged, OutputFormat.TABLE, RenderOptions(kinds=frozenset({GateKind.CUDA_PP})))
+    assert f"{FLASHINFER} 0.6.2 for sm_120: 1 liftable (1 with hazards), 1 blocked, 0 unknown" in cuda
+    assert f"{SGLANG} 0.5.6 for" not in cuda
 
 
 def test_table_verdict_colours_and_hazard_sign(judged: Report) -> None:
@@ -237,7 +252,9 @@ def test_table_with_verdicts_fits_width(judged: Report, width: int) -> None:
 
 def test_markdown_verdict_columns(judged: Report) -> None:
     text = render(judged, OutputFormat.MARKDOWN, RenderOptions())
-    header = "| file:line | condition | admits | rtx5090 (sm_120) | sm_120 verdict | sm_90 | sm_90 verdict |"
+    header = (
+        "| file:line | condition | admits | rtx5090 (sm_120) | sm_120 verdict | sm_90 | sm_90 verdict | id |"
+    )
     assert text.count(header) == 2
     row = next(line for line in text.splitlines() if line.startswith(f"| `{CUTLASS_MMA}:96`"))
     cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]]
@@ -246,9 +263,10 @@ def test_markdown_verdict_columns(judged: Report) -> None:
         "**blocked**: `wgmma`, `setmaxnreg`",
         "**excluded**",
         "**blocked**: `wgmma` ⚠ hazard",
+        f"`{SM90A_GATE.id}`",
     ]
     allreduce = next(line for line in text.splitlines() if line.startswith(f"| `{ALLREDUCE}:417`"))
-    assert allreduce.endswith("| **excluded** | liftable ⚠ hazard | admitted |  |")
+    assert allreduce.endswith(f"| **excluded** | liftable ⚠ hazard | admitted |  | `{ALLREDUCE_GATE.id}` |")
     assert "| *unknown* | *unknown* |" in text
 
 

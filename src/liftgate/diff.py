@@ -118,3 +118,18 @@ def diff(before: Report, after: Report, targets: Sequence[Arch]) -> list[GateCha
         )
     )
     return out
+
+
+def summary_text(changes: Sequence[GateChange]) -> str:
+    """``sm_120: 13 opened, 2 changed; sm_90: 1 closed``: each target once, its counts in `CHANGES`
+    order (``unchanged`` last), targets in the order of the changes (`diff` sorts them); empty for none."""
+    order = [*CHANGES, "unchanged"]
+    per_target: dict[str, dict[str, int]] = {}
+    for change in changes:
+        counts = per_target.setdefault(change.target.name, {})
+        counts[change.change] = counts.get(change.change, 0) + 1
+    parts = []
+    for target, counts in per_target.items():
+        ordered = sorted(counts, key=lambda name: order.index(name) if name in order else len(order))
+        parts.append(f"{target}: " + ", ".join(f"{counts[name]:,} {name}" for name in ordered))
+    return "; ".join(parts)

@@ -21,18 +21,47 @@ def configure_parser(subparsers: Any) -> None:
         ),
         epilog="Exit codes: 0 compared, 1 a gate closed for a target (with --fail-on closed), 2 usage or source error.",
     )
-    p.add_argument("spec_a", metavar="SPEC_A")
-    p.add_argument("spec_b", metavar="SPEC_B")
-    p.add_argument("-t", "--target", action="append", default=[], metavar="ARCH", required=True)
     p.add_argument(
-        "--kind", action="append", choices=[k.value for k in GateKind], help="only gates of this kind"
+        "spec_a",
+        metavar="SPEC_A",
+        help="the baseline: a release, wheel, sdist, directory or env:PATH, as for scan",
+    )
+    p.add_argument(
+        "spec_b", metavar="SPEC_B", help="what to compare with the baseline (usually a newer release)"
+    )
+    p.add_argument(
+        "-t",
+        "--target",
+        action="append",
+        default=[],
+        metavar="ARCH",
+        required=True,
+        help="target architecture, repeatable or comma-separated (sm_120, rtx5090, 12.0, …)",
+    )
+    p.add_argument(
+        "--kind",
+        action="append",
+        choices=[k.value for k in GateKind],
+        help="only gates of this kind (repeatable)",
     )
     p.add_argument("--all", action="store_true", help="also list unchanged gates")
     p.add_argument("--fail-on", choices=("closed",), help="exit 1 if a gate closed for a target")
-    p.add_argument("-f", "--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument(
+        "-f",
+        "--format",
+        choices=("table", "json", "markdown"),
+        default="table",
+        help="output format (default: table)",
+    )
     p.add_argument("--sdist", action="store_true", help="fetch source distributions for NAME==VERSION specs")
-    p.add_argument("--offline", action="store_true")
-    p.add_argument("--cache-dir", metavar="DIR")
+    p.add_argument(
+        "--offline", action="store_true", help="never contact the package index; use the cache only"
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="cache directory (default: the user cache dir; $LIFTGATE_CACHE_DIR)",
+    )
     p.set_defaults(run=run)
 
 
@@ -76,16 +105,15 @@ def _row(c: Any) -> dict[str, Any]:
 
 
 def render(changes: list[Any], fmt: str, spec_a: str, spec_b: str) -> str:
+    from liftgate.diff import summary_text
+
     rows = [_row(c) for c in changes]
     if fmt == "json":
         return (
             json.dumps({"schema_version": 1, "before": spec_a, "after": spec_b, "changes": rows}, indent=2)
             + "\n"
         )
-    counts: dict[tuple[str, str], int] = {}
-    for r in rows:
-        counts[(r["target"], r["change"])] = counts.get((r["target"], r["change"]), 0) + 1
-    summary = "; ".join(f"{t}: {n} {ch}" for (t, ch), n in sorted(counts.items()))
+    summary = summary_text(changes)
     if fmt == "markdown":
         out = [f"**liftgate diff** `{spec_a}` → `{spec_b}`: {summary or 'no change'}", "",
                "| target | change | file:line | before | after |", "|---|---|---|---|---|"]  # fmt: skip

@@ -13,6 +13,9 @@ from liftgate.model import GateKind
 FORMATS = ("table", "json", "sarif", "markdown")
 SHOWS = ("excluded", "admitted", "all", "traced")
 FAIL_ON = ("excluded", "unknown", "any", "blocked", "liftable", "hazard")
+VERDICTS = ("liftable", "blocked", "unknown", "hazard")
+LONG_TABLE = 40  # rows: a longer table gets the summary line before it as well as after it
+FAIL_ON_SHOWN = 5  # gates the --fail-on line names
 
 
 def configure_parser(subparsers: Any) -> None:
@@ -68,6 +71,32 @@ def configure_parser(subparsers: Any) -> None:
         action="append",
         choices=[k.value for k in GateKind],
         help="only gates of this kind (repeatable)",
+    )
+    p.add_argument(
+        "--verdict",
+        action="append",
+        choices=VERDICTS,
+        help=(
+            "only gates judged liftable, blocked or unknown for a target, or carrying a hazard for one "
+            "(repeatable; implies judging)"
+        ),
+    )
+    p.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help=(
+            "only gates in files whose package-relative path matches GLOB (fnmatch: * also matches /; "
+            "repeatable); the summary counts only these"
+        ),
+    )
+    p.add_argument(
+        "--exclude-path",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave out gates in files matching GLOB, e.g. '*/examples/*' (repeatable); not counted either",
     )
     p.add_argument(
         "--fail-on",
@@ -127,7 +156,17 @@ def run(args: argparse.Namespace) -> int:
     from liftgate.arch.parse import UnknownArchError, parse_target
     from liftgate.cli.progress import make_observer
     from liftgate.model import Status, Target
-    from liftgate.report import GroupBy, OutputFormat, RenderOptions, Show, render, select_gates, summary_line
+    from liftgate.report import (
+        GroupBy,
+        OutputFormat,
+        RenderOptions,
+        Show,
+        VerdictFilter,
+        render,
+        select_gates,
+        summary_line,
+    )
+    from liftgate.report.interface import printable
     from liftgate.scanner import parse_cuda_version, scan
     from liftgate.sources.interface import SourceError
 
@@ -178,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             offline=args.offline,
             observer=observer,
             sdist=args.sdist,
-            judge=args.judge or args.fail_on in ("blocked", "liftable", "hazard"),
+            judge=args.judge or bool(args.verdict) or args.fail_on in ("blocked", "liftable", "hazard"),
             trace=trace,
             chains=args.by == "chain",
         )
@@ -195,8 +234,17 @@ def run(args: argparse.Namespace) -> int:
         width=max(80, shutil.get_terminal_size((120, 24)).columns) if to_terminal else None,
         verbose=args.verbose,
         by=GroupBy(args.by),
+        verdicts=frozenset(VerdictFilter(v) for v in args.verdict) if args.verdict else None,
+        paths=tuple(args.path),
+        exclude_paths=tuple(args.exclude_path),
     )
     text = render(report, fmt, options)
+    summary = summary_line(report, options)
+    listed = select_gates(report, options)
+    if not args.quiet and args.output is None and fmt is OutputFormat.TABLE and len(listed) > LONG_TABLE:
+        # A long table scrolls the summary's first half away: say it before the table as well.
+        sys.stderr.write(summary + "\n")
+        sys.stderr.flush()
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
@@ -208,23 +256,34 @@ def run(args: argparse.Namespace) -> int:
         if text and not text.endswith("\n"):
             sys.stdout.write("\n")
         sys.stdout.flush()
+    if fmt is OutputFormat.MARKDOWN and not args.quiet:
+        from liftgate.report.markdown import GITHUB_COMMENT_LIMIT, too_long_note
+
+        if len(text) > GITHUB_COMMENT_LIMIT:
+            observer.note(too_long_note(len(text)))
     if not args.quiet:
-        sys.stderr.write(summary_line(report) + "\n")
-    if args.fail_on in ("blocked", "liftable", "hazard"):
-        listed = {g.id for g in select_gates(report, options)}
-        for v in report.verdicts:
-            if v.gate_id in listed and (
-                v.hazards if args.fail_on == "hazard" else v.kind.value == args.fail_on
-            ):
-                return 1
+        sys.stderr.write(summary + "\n")
+    if not args.fail_on:
         return 0
-    if args.fail_on:
+    if args.fail_on in ("blocked", "liftable", "hazard"):
+        hit = {
+            v.gate_id
+            for v in report.verdicts
+            if (v.hazards if args.fail_on == "hazard" else v.kind.value == args.fail_on)
+        }
+        matched = [g for g in listed if g.id in hit]
+    else:
         wanted = {
             "excluded": {Status.EXCLUDED},
             "unknown": {Status.UNKNOWN},
             "any": {Status.EXCLUDED, Status.UNKNOWN},
         }[args.fail_on]
-        for gate in select_gates(report, options):
-            if any(gate.status(t.arch) in wanted for t in report.targets):
-                return 1
-    return 0
+        matched = [g for g in listed if any(g.status(t.arch) in wanted for t in report.targets)]
+    if not matched:
+        return 0
+    # Exit 1 says that something matched; this line says what (even with -q: it is the reason).
+    shown = ", ".join(f"{g.id} {g.location.path}:{g.location.line}" for g in matched[:FAIL_ON_SHOWN])
+    more = ", …" if len(matched) > FAIL_ON_SHOWN else ""
+    count = f"{len(matched):,} {'gate matches' if len(matched) == 1 else 'gates match'}"
+    sys.stderr.write(printable(f"--fail-on {args.fail_on}: {count} (first: {shown}{more})") + "\n")
+    return 1

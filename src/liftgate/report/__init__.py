@@ -9,7 +9,7 @@ gates to show, in which order); `summary_line` is the one line a scan prints to 
 from __future__ import annotations
 
 from liftgate.model import Report
-from liftgate.report.interface import Formatter, GroupBy, OutputFormat, RenderOptions, Show
+from liftgate.report.interface import Formatter, GroupBy, OutputFormat, RenderOptions, Show, VerdictFilter
 from liftgate.report.select import select_gates
 from liftgate.report.summary import summary_line
 
@@ -19,6 +19,7 @@ __all__ = [
     "OutputFormat",
     "RenderOptions",
     "Show",
+    "VerdictFilter",
     "formatter_for",
     "render",
     "select_gates",

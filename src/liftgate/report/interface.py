@@ -33,6 +33,15 @@ class Show(str, enum.Enum):
     TRACED = "traced"  # the gates a traced run evaluated (scan --trace)
 
 
+class VerdictFilter(str, enum.Enum):
+    """What ``--verdict`` accepts: a verdict kind, or ``hazard`` (a verdict that carries a hazard)."""
+
+    LIFTABLE = "liftable"
+    BLOCKED = "blocked"
+    UNKNOWN = "unknown"
+    HAZARD = "hazard"
+
+
 class GroupBy(str, enum.Enum):
     """How the gates are grouped (``scan --by``)."""
 
@@ -42,7 +51,13 @@ class GroupBy(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
-    """How to render a report. ``kinds=None`` means every gate kind; ``width=None`` means 120 columns."""
+    """How to render a report. ``kinds=None`` means every gate kind; ``width=None`` means 120 columns.
+
+    ``kinds``, ``paths`` and ``exclude_paths`` set the scope: the gates outside it are neither
+    listed nor counted (the JSON ``summary`` excepted, which counts the whole scan). ``show`` and
+    ``verdicts`` only choose which gates of the scope are listed. ``paths`` and ``exclude_paths``
+    are `fnmatch` patterns matched against a gate's package-relative path (``*`` crosses ``/``).
+    """
 
     show: Show = Show.EXCLUDED
     kinds: frozenset[GateKind] | None = None
@@ -50,6 +65,14 @@ class RenderOptions:
     width: int | None = None
     verbose: bool = False
     by: GroupBy = GroupBy.FILE
+    verdicts: frozenset[VerdictFilter] | None = None  # None: whatever the verdict, judged or not
+    paths: tuple[str, ...] = ()  # empty: every path
+    exclude_paths: tuple[str, ...] = ()
+
+    @property
+    def narrows_scope(self) -> bool:
+        """Whether ``kinds`` or a path pattern leaves gates out of the counts."""
+        return self.kinds is not None or bool(self.paths) or bool(self.exclude_paths)
 
 
 class Formatter(Protocol):

@@ -15,6 +15,7 @@ reports every hazard of a verdict as a result of its own, at the gate, under the
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -57,7 +58,8 @@ TARGET_FINGERPRINT_KEY = "liftgateTarget/v1"
 HAZARD_FINGERPRINT_KEY = "liftgateHazard/v1"
 
 _NEXT_STEPS = (
-    " Run `liftgate explain GATE_ID` (each result's message names its gate id) to see how the condition "
+    " Run `liftgate explain GATE_ID SOURCE --target ARCH` (each result's message gives the command, with "
+    "the source the scan read) to see how the condition "
     "was resolved and what the guarded code needs from the hardware. If your GPU has every feature the "
     "region uses, `liftgate lift GATE_ID` widens the condition reversibly (`liftgate revert` undoes it); "
     "otherwise the gate is right to exclude your GPU."
@@ -144,7 +146,7 @@ RULES: tuple[Rule, ...] = (
         "outside that set cannot run the kernels unless PTX for an older, compatible architecture is "
         "embedded for the driver to JIT-compile.",
         "Compiled code cannot be widened in place: rebuild the package from source with your GPU's "
-        "architecture added, after lifting the source gates that exclude it. `liftgate explain GATE_ID` "
+        "architecture added, after lifting the source gates that exclude it. `liftgate explain GATE_ID SOURCE` "
         "lists the architectures the object contains.",
     ),
 )
@@ -160,7 +162,8 @@ HAZARD_RULE = Rule(
     "without any error; or a kernel asking for more shared memory per block than the target allows.",
     "Read the hazard before lifting the gate: a silently compiled-out wait is a data race on that GPU "
     "today, and a shared-memory request above the target's limit fails at launch once lifted. "
-    "`liftgate explain GATE_ID` shows the region, its features and the full verdict.",
+    "`liftgate explain GATE_ID SOURCE --target ARCH` (the command is in each result) shows the region, "
+    "its features and the full verdict.",
     "hazard",
 )
 HAZARD_RULE_INDEX = len(RULES)  # listed after the gate-kind rules, so their indexes never move
@@ -205,7 +208,31 @@ def _verdict_message(verdict: Verdict) -> str:
     return f" Verdict for {verdict.target.name}: {_sentence(text)}"
 
 
-def _message(gate: Gate, target: Target, status: Status, verdict: Verdict | None = None) -> str:
+Origins = dict[tuple[str, str | None], str]
+
+
+def _origins(report: Report) -> Origins:
+    """The source spec each package was scanned from (`PackageSummary.origin`), by (name, version)."""
+    origins: Origins = {}
+    for package in sorted(report.packages, key=lambda p: (p.name, p.version or "", p.origin)):
+        origins.setdefault((package.name, package.version), package.origin)
+    return origins
+
+
+def explain_command(gate: Gate, target: Target, origins: Origins) -> str:
+    """``liftgate explain cu-94c62478db flashinfer-python==0.6.2 --target sm_120``: runnable as written,
+    with the source the gate's package was scanned from (when the report knows it)."""
+    loc = gate.location
+    origin = origins.get((loc.package, loc.version))
+    if origin is None and loc.version is None:
+        origin = next((o for (name, _), o in origins.items() if name == loc.package), None)
+    source = f" {shlex.quote(origin)}" if origin else ""
+    return f"liftgate explain {gate.id}{source} --target {target.arch.name}"
+
+
+def _message(
+    gate: Gate, target: Target, status: Status, verdict: Verdict | None = None, origins: Origins | None = None
+) -> str:
     label = target_label(target)
     condition = condition_text(gate)
     if status is Status.UNKNOWN:
@@ -218,7 +245,7 @@ def _message(gate: Gate, target: Target, status: Status, verdict: Verdict | None
         text += " This is inferred from a name, not derived from the code."
     if verdict is not None:
         text += _verdict_message(verdict)
-    return f"{text} Details: `liftgate explain {gate.id}`."
+    return f"{text} Details: `{explain_command(gate, target, origins or {})}`."
 
 
 def _gate_location(gate: Gate) -> dict[str, Any]:
@@ -246,9 +273,10 @@ def _result(
     status: Status,
     verdicts: dict[tuple[str, Arch], Verdict] | None = None,
     trace: TraceSummary | None = None,
+    origins: Origins | None = None,
 ) -> dict[str, Any]:
     """One gate's result for one target; ``verdicts`` (a judged report's index) adds the verdict,
-    ``trace`` (scan --trace) what the traced run did at the gate."""
+    ``trace`` (scan --trace) what the traced run did at the gate; ``origins`` name the sources."""
     loc = gate.location
     verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
     judged: dict[str, Any] = {}
@@ -261,7 +289,7 @@ def _result(
         "ruleId": RULES[RULE_INDEX[gate.kind]].id,
         "ruleIndex": RULE_INDEX[gate.kind],
         "level": "note" if status is Status.UNKNOWN else "warning",
-        "message": {"text": _message(gate, target, status, verdict)},
+        "message": {"text": _message(gate, target, status, verdict, origins)},
         "locations": [_gate_location(gate)],
         # Two targets excluded by one gate are two results, so the target is part of the identity.
         "partialFingerprints": {FINGERPRINT_KEY: gate.id, TARGET_FINGERPRINT_KEY: target.arch.name},
@@ -289,9 +317,12 @@ def _hazard_key(hazards: tuple[str, ...], index: int) -> str:
     return f"{category}#{rank}"
 
 
-def _hazard_results(gate: Gate, target: Target, verdict: Verdict) -> list[dict[str, Any]]:
+def _hazard_results(
+    gate: Gate, target: Target, verdict: Verdict, origins: Origins | None = None
+) -> list[dict[str, Any]]:
     """One ``liftgate/hazard`` result per hazard of ``verdict``, located at the gate."""
     loc = gate.location
+    details = explain_command(gate, target, origins or {})
     prefix = (
         f"`{condition_text(gate)}` for {target_label(target)} (verdict: {verdict.kind.value}) has a hazard"
     )
@@ -300,7 +331,7 @@ def _hazard_results(gate: Gate, target: Target, verdict: Verdict) -> list[dict[s
             "ruleId": HAZARD_RULE.id,
             "ruleIndex": HAZARD_RULE_INDEX,
             "level": "warning",
-            "message": {"text": f"{prefix}: {_sentence(hazard)} Details: `liftgate explain {gate.id}`."},
+            "message": {"text": f"{prefix}: {_sentence(hazard)} Details: `{details}`."},
             "locations": [_gate_location(gate)],
             "partialFingerprints": {
                 FINGERPRINT_KEY: gate.id,
@@ -338,16 +369,17 @@ def report_to_sarif(report: Report, options: RenderOptions) -> dict[str, Any]:
     # Verdicts (and the hazard rule) only in a judged report, so that others render as they always did.
     verdicts = report.verdict_index() if report.verdicts else None
     rules = [*RULES, HAZARD_RULE] if verdicts is not None else list(RULES)
+    origins = _origins(report)
     results: list[dict[str, Any]] = []
     for gate in select_gates(report, options):
         for target in targets:
             status = gate.status(target.arch)
             if status is Status.ADMITTED:
                 continue
-            results.append(_result(gate, target, status, verdicts, report.trace))
+            results.append(_result(gate, target, status, verdicts, report.trace, origins))
             verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
             if verdict is not None:
-                results += _hazard_results(gate, target, verdict)
+                results += _hazard_results(gate, target, verdict, origins)
     notifications = [_skip_notification(skip) for skip in sorted(report.skips, key=skip_sort_key)]
     notifications += [{"level": "note", "message": {"text": note}} for note in report.notes]
     return {

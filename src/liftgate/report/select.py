@@ -1,16 +1,21 @@
 """Which gates a report shows, in which order, and the small texts every formatter shares.
 
-`select_gates` is the one place where `Show` and ``kinds`` are interpreted, so the table, JSON,
-SARIF and Markdown outputs of one scan always list the same gates in the same order
-(package, path, line). The helpers below keep labels such as ``rtx5090 (sm_120)``, the
+`select_gates` is the one place where `Show`, ``kinds``, ``verdicts`` and the path patterns are
+interpreted, so the table, JSON, SARIF and Markdown outputs of one scan always list the same gates
+in the same order (package, path, line); `scoped` is the report the counts describe (the gates of
+the kinds and paths chosen). The helpers below keep labels such as ``rtx5090 (sm_120)``, the
 compact admitted set and verdicts such as ``blocked: tcgen05-ld-st, wgmma`` identical across formats.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import shlex
 from collections.abc import Iterable
+from fnmatch import fnmatchcase
 
+from liftgate.arch.core import Arch
 from liftgate.model import (
     Gate,
     GateKind,
@@ -24,7 +29,7 @@ from liftgate.model import (
     Verdict,
     VerdictKind,
 )
-from liftgate.report.interface import RenderOptions, Show
+from liftgate.report.interface import RenderOptions, Show, VerdictFilter
 
 
 def gate_sort_key(gate: Gate) -> tuple[str, str, str, int, int, str]:
@@ -71,25 +76,90 @@ def _shown(gate: Gate, targets: tuple[Target, ...], show: Show, traced: frozense
     return all(status is Status.ADMITTED for status in per_target)
 
 
+def path_selected(path: str, options: RenderOptions) -> bool:
+    """Whether a package-relative path matches a ``--path`` pattern (if any) and no ``--exclude-path``."""
+    if options.paths and not any(fnmatchcase(path, pattern) for pattern in options.paths):
+        return False
+    return not any(fnmatchcase(path, pattern) for pattern in options.exclude_paths)
+
+
+def in_scope(gate: Gate, options: RenderOptions) -> bool:
+    """Whether a gate is of a kind and at a path the options choose: the gates that are counted."""
+    return (options.kinds is None or gate.kind in options.kinds) and path_selected(
+        gate.location.path, options
+    )
+
+
+def scoped(report: Report, options: RenderOptions) -> Report:
+    """``report`` with only the gates in scope (`in_scope`) and their verdicts: what the counts describe."""
+    if not options.narrows_scope:
+        return report
+    gates = tuple(gate for gate in report.gates if in_scope(gate, options))
+    ids = {gate.id for gate in gates}
+    return dataclasses.replace(
+        report, gates=gates, verdicts=tuple(v for v in report.verdicts if v.gate_id in ids)
+    )
+
+
+def verdict_matches(verdict: Verdict, wanted: frozenset[VerdictFilter]) -> bool:
+    """Whether a verdict is of a kind in ``wanted``, or carries a hazard and ``wanted`` has ``hazard``."""
+    if VerdictFilter.HAZARD in wanted and verdict.hazards:
+        return True
+    return VerdictFilter(verdict.kind.value) in wanted
+
+
+def _verdict_selected(
+    gate: Gate,
+    targets: tuple[Target, ...],
+    verdicts: dict[tuple[str, Arch], Verdict],
+    wanted: frozenset[VerdictFilter],
+) -> bool:
+    for target in targets:
+        verdict = verdicts.get((gate.id, target.arch))
+        if verdict is not None and verdict_matches(verdict, wanted):
+            return True
+    return False
+
+
 def select_gates(report: Report, options: RenderOptions) -> list[Gate]:
     """The gates to show, in report order.
 
     ``Show.EXCLUDED`` keeps gates that are excluded or unknown for at least one target,
     ``Show.ADMITTED`` those admitted for every target, ``Show.ALL`` everything, ``Show.TRACED``
-    those a traced run evaluated (``scan --trace``); ``options.kinds`` then narrows by gate kind.
-    A report without targets shows every gate of the chosen kinds.
+    those a traced run evaluated (``scan --trace``); ``options.kinds`` then narrows by gate kind,
+    ``options.paths`` and ``options.exclude_paths`` by path, and ``options.verdicts`` to the gates
+    with such a verdict (or a hazard) for at least one target. A report without targets shows
+    every gate of the chosen kinds and paths.
     """
     targets = distinct_targets(report)
     traced = frozenset(g.gate_id for g in report.trace.gates) if report.trace else frozenset()
+    wanted = options.verdicts
+    verdicts = report.verdict_index() if wanted is not None else {}
     return sorted(
         (
             gate
             for gate in report.gates
-            if (options.kinds is None or gate.kind in options.kinds)
+            if in_scope(gate, options)
             and _shown(gate, targets, options.show, traced)
+            and (wanted is None or _verdict_selected(gate, targets, verdicts, wanted))
         ),
         key=gate_sort_key,
     )
+
+
+def filters_text(options: RenderOptions) -> str:
+    """`` (--verdict liftable or hazard, --exclude-path '*/examples/*')``: the view's filters beyond
+    ``--show`` and ``--kind``, as the options that set them; empty without any."""
+    parts = []
+    if options.verdicts is not None:
+        ordered = [v.value for v in VerdictFilter if v in options.verdicts]
+        parts.append("--verdict " + " or ".join(ordered))
+    parts += [f"--path {shlex.quote(pattern)}" for pattern in options.paths]
+    parts += [f"--exclude-path {shlex.quote(pattern)}" for pattern in options.exclude_paths]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+# The SASS part of a binary gate's condition (`liftgate.detect.binary.summarize`): ``SASS sm_80, sm_90a``.
 
 
 # The "; not sm_120+" that `ArchSet.render` appends when a set stops before the newest arch.

@@ -1,8 +1,10 @@
 """Counts over a whole report and the one-line summary written to stderr after a scan.
 
-The counts describe the scan, not the filtered view: ``57 exclude sm_120`` counts every gate
-that excludes sm_120, whatever ``--show`` and ``--kind`` selected for display. The JSON
-``summary`` object is built from the same counts, so the two never disagree. A judged scan
+The counts describe the scan's scope, not the filtered view: ``57 exclude sm_120`` counts every
+gate of the kinds and paths chosen (``--kind``, ``--path``, ``--exclude-path``; all of them by
+default) that excludes sm_120, whatever ``--show`` and ``--verdict`` selected for display. The
+JSON ``summary`` object always counts the whole scan, so without a kind or path filter the two
+never disagree. A judged scan
 adds verdict counts: in total for the summary line, per package and target for the table and
 Markdown outputs (``flashinfer-python 0.6.2 for sm_120: 274 liftable (13 with hazards), ...``).
 """
@@ -12,9 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from liftgate.model import Report, Status, Target, TraceSummary, Verdict, VerdictKind
+from liftgate.model import Gate, GateKind, Report, Status, Target, TraceSummary, Verdict, VerdictKind
 from liftgate.report.interface import RenderOptions, Show
-from liftgate.report.select import distinct_targets, kinds_text, plural
+from liftgate.report.select import (
+    distinct_targets,
+    filters_text,
+    kinds_text,
+    plural,
+    scoped,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,18 +155,28 @@ def scope_text(report: Report) -> str:
     return f"{plural(len(report.packages), 'package')} ({plural(report.files_scanned, 'file')})"
 
 
-def summary_line(report: Report) -> str:
+def summary_line(report: Report, options: RenderOptions | None = None) -> str:
     """``scanned 1,992 files in 1 package (12 skipped), 310 gates, 57 exclude sm_120, 3 unknown — 1.84 s``.
 
     With several targets each gets its own ``N exclude sm_XX``; ``unknown`` counts gates whose
     status is unknown for at least one target. Without targets only the scan itself is summarised.
     A judged scan adds its verdicts, all targets together, after a semicolon (their ``unknown`` is
     not the gates'): ``...; verdicts: 274 liftable (13 with hazards), 2,526 blocked, 39 unknown``.
+    With ``options`` that narrow the scope (kinds, paths) only the gates in scope are counted,
+    and the line says how many were found in all: ``14 binary gates (of 2,912 found)``.
     """
+    found = len(report.gates)
+    if options is not None:
+        report = scoped(report, options)
+    narrowed = options is not None and options.narrows_scope
+    gates = plural(len(report.gates), f"{kinds_text(options.kinds) if options else ''}gate")
+    if narrowed:
+        where = " at the paths chosen" if options and (options.paths or options.exclude_paths) else ""
+        gates += f"{where} (of {found:,} found)"
     parts = [
         f"scanned {plural(report.files_scanned, 'file')} in {plural(len(report.packages), 'package')}"
         f" ({len(report.skips):,} skipped)",
-        plural(len(report.gates), "gate"),
+        gates,
     ]
     counts = target_counts(report)
     for arch_name, count in counts.items():
@@ -192,10 +210,50 @@ def nothing_selected(report: Report, options: RenderOptions) -> str:
     """What a formatter says when no gate matches: ``no gates exclude sm_120 in 1 package (1,992 files)``."""
     arch_names = [target.arch.name for target in distinct_targets(report)]
     subject = f"no {kinds_text(options.kinds)}gates"
+    filters = filters_text(options)
     if options.show is Show.TRACED:
-        return f"{subject} of {scope_text(report)} were evaluated by the traced run"
+        return f"{subject} of {scope_text(report)} were evaluated by the traced run{filters}"
     if options.show is Show.ALL or not arch_names:
-        return f"{subject} in {scope_text(report)}"
+        return f"{subject} in {scope_text(report)}{filters}"
     if options.show is Show.EXCLUDED:
-        return f"{subject} exclude {' or '.join(arch_names)} in {scope_text(report)}"
-    return f"{subject} admit {' and '.join(arch_names)} in {scope_text(report)}"
+        return f"{subject} exclude {' or '.join(arch_names)} in {scope_text(report)}{filters}"
+    return f"{subject} admit {' and '.join(arch_names)} in {scope_text(report)}{filters}"
+
+
+@dataclass(frozen=True, slots=True)
+class KindCounts:
+    """The gates of one kind in one package, and per distinct target how many exclude it or leave it unknown."""
+
+    package: str
+    version: str | None
+    kind: GateKind
+    gates: int
+    targets: tuple[tuple[Target, TargetCounts], ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.package} {self.version}" if self.version else self.package
+
+
+def kind_counts(report: Report) -> list[KindCounts]:
+    """Counts per package (name, then version) and gate kind (in `GateKind` order), every gate of ``report``."""
+    versions = {p.name: p.version for p in report.packages}
+    targets = distinct_targets(report)
+    grouped: dict[tuple[str, str | None, GateKind], list[Gate]] = {}
+    for gate in report.gates:
+        name = gate.location.package
+        grouped.setdefault((name, gate.location.version or versions.get(name), gate.kind), []).append(gate)
+    kinds = list(GateKind)
+    entries = []
+    for key in sorted(grouped, key=lambda k: (k[0], k[1] or "", kinds.index(k[2]))):
+        gates = grouped[key]
+        counts = []
+        for target in targets:
+            tally = dict.fromkeys(Status, 0)
+            for gate in gates:
+                tally[gate.status(target.arch)] += 1
+            counts.append(
+                (target, TargetCounts(tally[Status.EXCLUDED], tally[Status.ADMITTED], tally[Status.UNKNOWN]))
+            )
+        entries.append(KindCounts(key[0], key[1], key[2], len(gates), tuple(counts)))
+    return entries

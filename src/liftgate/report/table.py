@@ -5,7 +5,11 @@ else branch does, one status column per target (followed, in a judged report, by
 verdict) and the gate id to pass to ``liftgate explain``. Column widths are computed once for the
 whole report so the per-file rows line up. Conditions are cut to fit unless ``verbose`` (which also
 lists evidence, assumptions, each verdict's first reason and hazards, and skipped files); admitted
-sets and verdicts wrap but are never cut, since a cut set would be a wrong answer. A judged report
+sets and verdicts wrap but are never cut, since a cut set would be a wrong answer, and the gate id
+(what ``explain`` and ``lift`` take) and the statuses are never cut either: on a narrow terminal
+other columns give way first, and a dim line under the table says which (see `_Layout`). A binary
+that a target runs only through the driver's PTX JIT has the status ``ptx-jit`` there, and a note
+counts such binaries per target, listed or not. A judged report
 ends with its verdict counts per package and target. Every cell is a `rich.text.Text`, never
 markup: ``get_device_capability()[0]`` must print as written.
 """
@@ -18,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from rich.console import Console, OverflowMethod
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -43,6 +47,7 @@ from liftgate.report.select import (
     condition_text,
     distinct_targets,
     plural,
+    scoped,
     select_gates,
     skip_sort_key,
     target_label,
@@ -82,16 +87,40 @@ VerdictIndex = dict[tuple[str, Arch], Verdict]
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
-    """Column widths shared by every per-file table of one report."""
+    """Column widths shared by every per-file table of one report.
+
+    When the table does not fit the width, columns give way in this order, so that the gate id
+    and the statuses are never cut: the kind column (the id's prefix says it), the else column,
+    then (in a judged report) each target's status and verdict columns become one column showing
+    the verdict where there is one (``merged``), and at last the condition and admitted set move
+    to lines of their own under each row (``stacked``), followed by the statuses when even those
+    do not fit beside the line number and id (``targets`` empty).
+    """
 
     line: int
-    kind: int | None  # None: a single kind, no column
-    condition: int
+    kind: int | None  # None: a single kind, or left out for width; no column
+    condition: int  # 0: stacked
     admits: int
-    else_kind: int
-    targets: tuple[int, ...]
-    verdicts: tuple[int, ...] | None  # None: not judged, no verdict columns
+    else_kind: int | None  # None: left out for width (a stacked row says it under the row)
+    targets: tuple[int, ...]  # empty in a stacked layout whose statuses are under the row
+    verdicts: tuple[int, ...] | None  # None: not judged, or merged; no verdict columns
     gate_id: int
+    merged: bool = False  # judged, and a target's one column shows its verdict in place of "excluded"
+
+    @property
+    def stacked(self) -> bool:
+        return self.condition == 0
+
+    def given_way(self, mixed_kinds: bool) -> list[str]:
+        """What this layout leaves out or folds compared with a wide one: for the note under the table."""
+        if self.stacked:
+            return ["the condition and admitted set under each row"]
+        gone = ["kind"] if mixed_kinds and self.kind is None else []
+        gone += ["else"] if self.else_kind is None else []
+        parts = [f"no {' or '.join(gone)} column"] if gone else []
+        if self.merged:
+            parts.append("verdicts in the target columns")
+        return parts
 
 
 def _target_header(target: Target) -> str:
@@ -145,37 +174,70 @@ def _layout(
     else_kind = max(len("else"), *(len(g.else_kind.value) for g in gates))
     target_widths = tuple(max(*map(len, _target_header(t).split("\n")), len("excluded")) for t in targets)
     gate_id = max(len("id"), *(len(g.id) for g in gates))
-    fixed = [line, else_kind, *target_widths, gate_id] + ([kind] if kind is not None else [])
-    columns = len(fixed) + 2 + (len(targets) if verdicts is not None else 0)
-    available = width - TABLE_INDENT - sum(fixed) - COLUMN_GAP * (columns - 1)
     condition_need = max(len("condition"), *(len(condition_text(g)) for g in gates))
     if traced:
         # The "traced:" line sits under the condition: give it room to read, not one word a line.
         condition_need = max(condition_need, min(TRACED_WIDTH, max(len(t) for t in traced)))
     admits_need = max(len("admits"), *(len(_admits_cell_text(g)) for g in gates))
-    verdict_widths = None
-    if verdicts is not None:
-        # A list of missing features wraps more easily than a cut condition reads: when space is short
-        # the verdict columns give some back, in steps, down to one word per line at the very least.
-        needs = _verdict_needs(gates, targets, verdicts, color)
-        widths = [max(len("verdict"), min(need, MAX_VERDICT)) for need in needs]
-        readable = min(condition_need, READABLE_CONDITION) + min(admits_need, READABLE_ADMITS)
-        for floor, want in (
-            (WRAP_VERDICT, readable),
-            (MIN_VERDICT, readable),
-            (MIN_VERDICT_WORD, MIN_CONDITION + MIN_ADMITS),
-        ):
-            floors = [max(len("verdict"), min(need, floor)) for need in needs]
-            _shrink(widths, floors, want - (available - sum(widths)))
-        verdict_widths = tuple(widths)
-        available -= sum(verdict_widths)
-    if condition_need + admits_need <= available:
-        condition, admits = condition_need, admits_need
-    else:
-        # The admitted set wraps onto more lines; the condition is cut (its file:line is right there).
-        admits = max(MIN_ADMITS, min(admits_need, max(available - condition_need, available * 2 // 5)))
-        condition = max(MIN_CONDITION, available - admits)
-    return _Layout(line, kind, condition, admits, else_kind, target_widths, verdict_widths, gate_id)
+    needs = None if verdicts is None else _verdict_needs(gates, targets, verdicts, color)
+    # Columns give way in order (see _Layout) until the condition and admitted set have some room.
+    plans: list[tuple[int | None, int | None, bool]] = [(kind, else_kind, False)]
+    if kind is not None:
+        plans.append((None, else_kind, False))
+    plans.append((None, None, False))
+    if needs is not None:
+        plans.append((None, None, True))
+    for plan_kind, plan_else, merged in plans:
+        fixed = [line, gate_id, *(w for w in (plan_kind, plan_else) if w is not None)]
+        if not merged:
+            fixed += target_widths
+        columns = len(fixed) + 2 + (len(targets) if needs is not None else 0)
+        available = width - TABLE_INDENT - sum(fixed) - COLUMN_GAP * (columns - 1)
+        verdict_widths = None
+        if needs is not None:
+            # A list of missing features wraps more easily than a cut condition reads: when space is
+            # short the verdict columns give some back, in steps, down to one word per line at least.
+            least = target_widths if merged else (len("verdict"),) * len(targets)
+            widths = [max(low, min(need, MAX_VERDICT)) for low, need in zip(least, needs, strict=True)]
+            readable = min(condition_need, READABLE_CONDITION) + min(admits_need, READABLE_ADMITS)
+            for floor, want in (
+                (WRAP_VERDICT, readable),
+                (MIN_VERDICT, readable),
+                (MIN_VERDICT_WORD, MIN_CONDITION + MIN_ADMITS),
+            ):
+                floors = [max(low, min(need, floor)) for low, need in zip(least, needs, strict=True)]
+                _shrink(widths, floors, want - (available - sum(widths)))
+            verdict_widths = tuple(widths)
+            available -= sum(verdict_widths)
+        if available < MIN_CONDITION + MIN_ADMITS:
+            continue
+        if condition_need + admits_need <= available:
+            condition, admits = condition_need, admits_need
+        else:
+            # The admitted set wraps onto more lines; the condition is cut (its file:line is right there).
+            admits = max(MIN_ADMITS, min(admits_need, max(available - condition_need, available * 2 // 5)))
+            condition = max(MIN_CONDITION, available - admits)
+        if merged and verdict_widths is not None:
+            return _Layout(line, None, condition, admits, None, verdict_widths, None, gate_id, merged=True)
+        return _Layout(line, plan_kind, condition, admits, plan_else, target_widths, verdict_widths, gate_id)
+    return _stacked_layout(line, target_widths, gate_id, needs, width)
+
+
+def _stacked_layout(
+    line: int, target_widths: tuple[int, ...], gate_id: int, needs: list[int] | None, width: int
+) -> _Layout:
+    """The last resort: line, statuses and id in columns, the rest under the row; the statuses
+    under the row too when they do not fit beside the line number and the id."""
+    available = width - TABLE_INDENT - line - gate_id - COLUMN_GAP * (len(target_widths) + 1)
+    widths = list(target_widths)
+    if needs is not None:
+        widths = [max(low, min(need, MAX_VERDICT)) for low, need in zip(target_widths, needs, strict=True)]
+        floors = [
+            max(low, min(need, MIN_VERDICT_WORD)) for low, need in zip(target_widths, needs, strict=True)
+        ]
+        _shrink(widths, floors, sum(widths) - available)
+    inline = tuple(widths) if sum(widths) <= available else ()
+    return _Layout(line, None, 0, 0, None, inline, None, gate_id, merged=needs is not None)
 
 
 CPP_OUTCOME_PREFIXES = ("fails", "otherwise", "default fails")
@@ -231,6 +293,94 @@ def _verdict_cell(verdict: Verdict | None, color: bool) -> Text:
     return cell
 
 
+def _status_cell(
+    gate: Gate, target: Target, layout: _Layout, verdicts: VerdictIndex | None, color: bool
+) -> Text:
+    """A target's status; in a merged layout its verdict where it has one."""
+    status = gate.status(target.arch)
+    verdict = (verdicts or {}).get((gate.id, target.arch))
+    if layout.merged and verdict is not None:
+        cell = _verdict_cell(verdict, color)
+        if status is Status.UNKNOWN and verdict.kind is not VerdictKind.UNKNOWN:
+            return Text.assemble(Text("unknown; ", style=STATUS_STYLE[status]), cell)
+        return cell
+    return Text(status.value, style=STATUS_STYLE[status])
+
+
+def _condition_extras(
+    gate: Gate,
+    targets: Sequence[Target],
+    options: RenderOptions,
+    verdicts: VerdictIndex | None,
+    traced: dict[str, GateTrace],
+    probed: bool,
+) -> list[tuple[str, str]]:
+    """The lines, with their style, under a gate's condition: what a traced run did, and with
+    ``verbose`` how it was resolved and why each target got its verdict."""
+    lines: list[tuple[str, str]] = []
+    if gate.id in traced:
+        lines.append(("traced: " + trace_text(traced[gate.id], probed), "magenta"))
+        agreement = traced[gate.id].agreement
+        if agreement and (options.verbose or agreement.startswith("differs")):
+            lines.append((agreement, "yellow" if agreement.startswith("differs") else "dim"))
+    if options.verbose:
+        lines += [(detail, "dim") for detail in _details(gate)]
+        lines += _verdict_details(gate, targets, verdicts or {})
+    return lines
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    heading: str
+    width: int
+    wraps: bool = False  # folds onto more lines; otherwise one line, cut with an ellipsis if need be
+    justify: JustifyMethod = "left"
+
+
+def _new_table(
+    targets: Sequence[Target], layout: _Layout, options: RenderOptions, *, header: bool, wrap: bool
+) -> Table:
+    """An empty table with the report-wide columns (shown with ``header``); ``wrap`` folds the condition."""
+    table = Table(
+        box=None,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        show_header=header,
+        header_style="bold",
+        leading=1 if options.verbose and not layout.stacked else 0,
+    )
+    columns = [_Column("line", layout.line, justify="right")]
+    if not layout.stacked:
+        if layout.kind is not None:
+            columns.append(_Column("kind", layout.kind))
+        columns.append(_Column("condition", layout.condition, wraps=wrap))
+        # The admitted set wraps instead of being cut: a cut set would be a wrong answer.
+        columns.append(_Column("admits", layout.admits, wraps=True))
+        if layout.else_kind is not None:
+            columns.append(_Column("else", layout.else_kind))
+    if layout.targets:
+        for index, target in enumerate(targets):
+            # A merged column holds the verdict, where there is one: it wraps, never cut.
+            columns.append(_Column(_target_header(target), layout.targets[index], wraps=layout.merged))
+            if layout.verdicts is not None:
+                columns.append(_Column("verdict", layout.verdicts[index], wraps=True))
+    # The id is what `explain` and `lift` take: never wrapped, never narrower than itself.
+    columns.append(_Column("id", layout.gate_id))
+    height = max(column.heading.count("\n") for column in columns)
+    for column in columns:
+        # Pad every heading to the same height so that one-line headings sit on the bottom line.
+        table.add_column(
+            Text("\n" * (height - column.heading.count("\n")) + column.heading),
+            width=column.width,
+            min_width=column.width,
+            justify=column.justify,
+            no_wrap=not column.wraps,
+            overflow="fold" if column.wraps else "ellipsis",
+        )
+    return table
+
+
 def _gate_table(
     gates: Sequence[Gate],
     targets: Sequence[Target],
@@ -241,69 +391,70 @@ def _gate_table(
     verdicts: VerdictIndex | None = None,
     traced: dict[str, GateTrace] | None = None,
     probed_run: bool = False,
-) -> Table:
+) -> RenderableType:
     """Rows for ``gates`` (or, with ``header``, just the column headings) in the report-wide layout."""
     # A traced report wraps the condition column too: the line saying what the run did is read whole.
     wrap = options.verbose or bool(traced)
-    overflow: OverflowMethod = "fold" if wrap else "ellipsis"
-    table = Table(
-        box=None,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-        show_header=header,
-        header_style="bold",
-        leading=1 if options.verbose else 0,
-    )
-    headings = ["line", *(["kind"] if layout.kind is not None else []), "condition", "admits", "else"]
-    for target in targets:
-        headings += [_target_header(target), *(["verdict"] if layout.verdicts is not None else [])]
-    headings.append("id")
-    height = max(heading.count("\n") for heading in headings)
-    # Pad every heading to the same height so that one-line headings sit on the bottom line.
-    heading_texts = iter(Text("\n" * (height - heading.count("\n")) + heading) for heading in headings)
-    table.add_column(next(heading_texts), width=layout.line, justify="right", no_wrap=True)
-    if layout.kind is not None:
-        table.add_column(next(heading_texts), width=layout.kind, no_wrap=True)
-    table.add_column(next(heading_texts), width=layout.condition, no_wrap=not wrap, overflow=overflow)
-    # The admitted set wraps instead of being cut: a cut set would be a wrong answer.
-    table.add_column(next(heading_texts), width=layout.admits, overflow="fold")
-    table.add_column(next(heading_texts), width=layout.else_kind, no_wrap=True)
-    for index, target_width in enumerate(layout.targets):
-        table.add_column(next(heading_texts), width=target_width, no_wrap=True)
-        if layout.verdicts is not None:
-            table.add_column(next(heading_texts), width=layout.verdicts[index], overflow="fold")
-    table.add_column(next(heading_texts), width=layout.gate_id, no_wrap=True)
-    trace = traced or {}
-    probed = probed_run
+    table = _new_table(targets, layout, options, header=header, wrap=wrap)
+    if layout.stacked:
+        return _stacked_rows(table, gates, targets, layout, options, verdicts, traced or {}, probed_run)
     for gate in gates:
         condition = Text(condition_text(gate))
-        if gate.id in trace:
+        for extra, style in _condition_extras(gate, targets, options, verdicts, traced or {}, probed_run):
             condition.append("\n")
-            condition.append("traced: " + trace_text(trace[gate.id], probed), style="magenta")
-            agreement = trace[gate.id].agreement
-            if agreement and (options.verbose or agreement.startswith("differs")):
-                condition.append("\n")
-                condition.append(agreement, style="yellow" if agreement.startswith("differs") else "dim")
-        if options.verbose:
-            for detail in _details(gate):
-                condition.append("\n")
-                condition.append(detail, style="dim")
-            for detail, style in _verdict_details(gate, targets, verdicts or {}):
-                condition.append("\n")
-                condition.append(detail, style=style)
+            condition.append(extra, style=style)
         cells: list[Text] = [Text(str(gate.location.line))]
         if layout.kind is not None:
             cells.append(Text(gate.kind.value))
-        cells += [condition, Text(_admits_cell_text(gate)), Text(gate.else_kind.value)]
+        cells += [condition, Text(_admits_cell_text(gate))]
+        if layout.else_kind is not None:
+            cells.append(Text(gate.else_kind.value))
         for target in targets:
-            status = gate.status(target.arch)
-            cells.append(Text(status.value, style=STATUS_STYLE[status]))
+            cells.append(_status_cell(gate, target, layout, verdicts, options.color))
             if layout.verdicts is not None:
                 cells.append(_verdict_cell((verdicts or {}).get((gate.id, target.arch)), options.color))
         cells.append(Text(gate.id, style="dim"))
         table.add_row(*cells)
     return table
+
+
+def _stacked_rows(
+    table: Table,
+    gates: Sequence[Gate],
+    targets: Sequence[Target],
+    layout: _Layout,
+    options: RenderOptions,
+    verdicts: VerdictIndex | None,
+    traced: dict[str, GateTrace],
+    probed: bool,
+) -> RenderableType:
+    """A narrow terminal's rows: line, statuses and id, then the rest on lines of their own."""
+    wrap = options.verbose or bool(traced)
+    parts: list[RenderableType] = []
+    for gate in gates:
+        row = table if not parts else _new_table(targets, layout, options, header=False, wrap=wrap)
+        cells = [Text(str(gate.location.line))]
+        if layout.targets:
+            cells += [_status_cell(gate, target, layout, verdicts, options.color) for target in targets]
+        cells.append(Text(gate.id, style="dim"))
+        row.add_row(*cells)
+        lines: list[Text] = [
+            Text(condition_text(gate), no_wrap=not wrap, overflow="fold" if wrap else "ellipsis"),
+            Text(f"admits {_admits_cell_text(gate)}; else {gate.else_kind.value}", overflow="fold"),
+        ]
+        if not layout.targets:
+            statuses = Text(overflow="fold")
+            for index, target in enumerate(targets):
+                statuses.append("; " if index else "")
+                statuses.append(f"{target_label(target)}: ")
+                statuses.append_text(_status_cell(gate, target, layout, verdicts, options.color))
+            lines.append(statuses)
+        lines += [
+            Text(extra, style=style, overflow="fold")
+            for extra, style in _condition_extras(gate, targets, options, verdicts, traced, probed)
+        ]
+        parts += [row, Padding.indent(Group(*lines), layout.line + COLUMN_GAP)]
+    return Group(*parts) if parts else table
 
 
 def _print_verdict_counts(console: Console, report: Report) -> None:
@@ -472,12 +623,16 @@ class TableFormatter:
                         traced=traced, probed_run=bool(report.trace and report.trace.probed),
                     )  # fmt: skip
                     console.print(Padding.indent(rows, TABLE_INDENT))
-        _print_verdict_counts(console, report)
+            given_way = layout.given_way(len({g.kind for g in gates}) > 1)
+            if given_way:
+                console.print(Text(f"({'; '.join(given_way)}: to fit {console.width} columns)", style="dim"))
+        _print_verdict_counts(console, scoped(report, options))
         if report.trace is not None:
             _print_trace(console, report.trace, options.verbose)
-        if report.notes or report.skips:
+        notes = list(report.notes)
+        if notes or report.skips:
             console.print()
-        for note in report.notes:
+        for note in notes:
             console.print(Text(f"note: {note}"))
         _print_skips(console, report, options.verbose)
         # rich pads every cell to its column width; trailing blanks only make diffs noisy.
