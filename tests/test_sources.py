@@ -612,7 +612,7 @@ def test_distribution_without_record_is_a_skip(tmp_path: Path) -> None:
     ]
 
 
-def test_editable_install_lists_its_project_directory(tmp_path: Path) -> None:
+def test_editable_install_lists_the_packages_it_installs_from_its_project(tmp_path: Path) -> None:
     site = make_site_packages(tmp_path / "lib" / "python3.11" / "site-packages")
     project = make_project(tmp_path / "checkout")
     editable = site / "my_kernels-0.3.0.dist-info"
@@ -633,7 +633,9 @@ def test_editable_install_lists_its_project_directory(tmp_path: Path) -> None:
         project / "src" / "my_kernels" / "gate.cuh"
     )
     assert any("editable" in note and str(project) in note for note in observer.notes)
-    assert ("myenv", "my-kernels") in {(s.path, s.package) for s in skips}
+    # the package directory under the source root the .pth lists, not the rest of the checkout
+    assert "pyproject.toml" not in paths_of(mine) and not any(p.startswith("myenv") for p in paths_of(mine))
+    assert "myenv" not in {s.path for s in skips}
 
 
 def test_editable_install_with_a_missing_project_is_noted(tmp_path: Path) -> None:
@@ -763,16 +765,134 @@ def test_unknown_version_lists_available_releases(
     assert not (tmp_path / "cache" / "downloads" / "demo-pkg").exists(), "failed fetches leave no empty dirs"
 
 
-def test_unknown_package_says_no_such_package(
+def not_found(name: str) -> str:
+    """pip's answer for a name with no release it can use, wheel or project alike."""
+    return (
+        f"ERROR: Could not find a version that satisfies the requirement {name} (from versions: none)\n"
+        f"ERROR: No matching distribution found for {name}\n"
+    )
+
+
+def test_unknown_package_says_no_such_project(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
 ) -> None:
-    output = "ERROR: Could not find a version that satisfies the requirement zzz (from versions: none)\n"
-    monkeypatch.setattr(index_module, "_run_pip", FakePip(tmp_path, (1, output, None)))
-    with pytest.raises(SourceError, match=r"^no such file, directory or package: zzz \("):
+    monkeypatch.setattr(index_module, "_run_pip", FakePip(tmp_path, (1, not_found("zzz"), None)))
+    with pytest.raises(SourceError) as caught:
         resolve_sources(["zzz"], cache_dir=str(tmp_path / "cache"))
+    assert str(caught.value) == (
+        "no project zzz on the package index; check the spelling, or pass a path (a wheel, an sdist or a directory)"
+    )
+
+
+def test_misspelled_package_is_no_project_with_a_suggestion_and_no_wheel_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_index: FakeIndex
+) -> None:
+    """The index has no such project (404), or a mirror answers an empty page: either way no word
+    about wheels or platforms, and a suggestion from known names (never from the index)."""
+    pip = FakePip(tmp_path, (1, not_found("flashinfer-pyhton"), None), (1, not_found("sgl-kernal"), None))
+    monkeypatch.setattr(index_module, "_run_pip", pip)
+    observer = RecordingObserver()
+    with pytest.raises(SourceError) as caught:
+        resolve_sources(["flashinfer-pyhton"], cache_dir=str(tmp_path / "cache"), observer=observer)
+    assert str(caught.value) == (
+        "no project flashinfer-pyhton on the package index (did you mean flashinfer-python?); check the "
+        "spelling, or pass a path (a wheel, an sdist or a directory)"
+    )
+    fake_index.projects["sgl-kernal"] = []  # a mirror that answers every name with a page
+    with pytest.raises(SourceError) as empty:
+        resolve_sources(["sgl-kernal==0.3"], cache_dir=str(tmp_path / "cache"), observer=observer)
+    assert str(empty.value).startswith(
+        "the package index lists no release of sgl-kernal (did you mean sgl-kernel?)"
+    )
+    for message in (str(caught.value), str(empty.value), *observer.notes):
+        assert "wheel" not in message.split(";")[0] and "platform" not in message
+    assert [path for path, _accept in fake_index.requests] == [
+        "/simple/flashinfer-pyhton/",
+        "/simple/sgl-kernal/",
+    ]
+
+
+def clear_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in (
+        "PIP_PROXY",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+
+
+PROXY_REFUSED = (
+    "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection "
+    "broken by 'ProxyError('Cannot connect to proxy.', NewConnectionError('<pip._vendor.urllib3.connection."
+    "HTTPSConnection object at 0x7f>: Failed to establish a new connection: [Errno 111] Connection refused'))': "
+    "/simple/six/\n"
+    "ERROR: Could not find a version that satisfies the requirement six (from versions: none)\n"
+    "ERROR: No matching distribution found for six\n"
+)
+
+
+def test_dead_proxy_is_named_not_taken_for_a_missing_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clear_proxies(monkeypatch)
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:s3cret@127.0.0.1:9")
+    pip = FakePip(tmp_path, (1, PROXY_REFUSED, None), (1, PROXY_REFUSED, None), (1, PROXY_REFUSED, None))
+    monkeypatch.setattr(index_module, "_run_pip", pip)
+    with pytest.raises(SourceError) as caught:
+        resolve_sources(["six"], cache_dir=str(tmp_path / "cache"))
+    assert str(caught.value) == (
+        "cannot reach the package index through the proxy http://127.0.0.1:9 (HTTPS_PROXY) to fetch six; "
+        "check the network and the proxy, or pass a local wheel/directory"
+    )
+    assert len(pip.commands) == 1, "no sdist lookup when pip could not reach the index"
+
+    monkeypatch.setenv("PIP_PROXY", "http://proxy.internal:3128")
+    with pytest.raises(
+        SourceError, match=r"through the proxy http://proxy\.internal:3128 \(PIP_PROXY\) to fetch six"
+    ):
+        resolve_sources(["six"], cache_dir=str(tmp_path / "cache"))
+
+    clear_proxies(
+        monkeypatch
+    )  # pip.conf of another user, say: pip reports the proxy, liftgate cannot name it
+    with pytest.raises(SourceError) as unnamed:
+        resolve_sources(["six"], cache_dir=str(tmp_path / "cache"))
+    assert str(unnamed.value).startswith(
+        "cannot reach the package index through a proxy (pip reports a proxy error) to fetch six; check"
+    )
+
+
+def test_dead_proxy_without_pip_retries_is_named_by_the_index_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip with retries 0 prints no connection warning, only "(from versions: none)": liftgate's own
+    lookup of the project goes through the same proxy (on 127.0.0.1, where nothing listens) and fails."""
+    clear_proxies(monkeypatch)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    monkeypatch.setenv("PIP_INDEX_URL", "https://index.invalid/simple/")
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    for variable in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(index_module, "_run_pip", FakePip(tmp_path, (1, not_found("six"), None)))
+    with pytest.raises(SourceError) as caught:
+        resolve_sources(["six"], cache_dir=str(tmp_path / "cache"))
+    assert str(caught.value).startswith(
+        f"cannot reach the package index at https://index.invalid/simple/ through the proxy "
+        f"http://127.0.0.1:{port} (HTTPS_PROXY) to fetch six ("
+    )
+    assert str(caught.value).endswith("check the network and the proxy, or pass a local wheel/directory")
+    assert "no release" not in str(caught.value)
 
 
 def test_unreachable_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_proxies(monkeypatch)
     output = (
         "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after "
         "connection broken by 'NewConnectionError('<HTTPSConnection object>: Failed to establish a new "
@@ -1082,7 +1202,7 @@ def test_version_without_an_sdist_lists_what_exists(tmp_path: Path, fake_index: 
     assert str(no_such_version.value) == (
         "no sdist of demo-pkg==9.9 is on the package index; versions with an sdist: 1.0, 1.1 (and 1 more)"
     )
-    with pytest.raises(SourceError, match=r"^no such file, directory or package: zzz==1\.0 \(the package"):
+    with pytest.raises(SourceError, match=r"^no project zzz on the package index; check the spelling"):
         resolve_sources(["zzz==1.0"], cache_dir=str(cache), sdist=True)
     assert not (cache / "downloads").exists() or not any((cache / "downloads").iterdir())
 

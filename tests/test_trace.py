@@ -463,3 +463,53 @@ def test_a_damaged_trace_document_is_a_trace_error_never_a_crash(doc: dict[str, 
         trace_from_dict(doc, "fuzz.json")
     except TraceError as exc:
         assert "fuzz.json" in str(exc)
+
+
+def test_usage_shows_the_command_after_two_dashes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as shown:
+        main(["trace", "--help"])
+    assert shown.value.code == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.startswith("usage: liftgate trace [-h]") and usage.endswith("-- COMMAND [ARGS…]")
+    assert "--source SOURCE" in usage, "the options are still listed"
+    with pytest.raises(SystemExit):
+        main(["trace", "--probe-limit", "many"])
+    assert "-- COMMAND [ARGS…]" in capsys.readouterr().err
+
+
+def _probed_env(tmp_path: Path) -> Path:
+    """A virtual environment (its own bin/python) with the fixture package installed in it."""
+    from conftest import install_fake
+    from test_first_hour_env import make_venv
+
+    prefix = tmp_path / "venv"
+    install_fake(prefix, PACKAGE, "tracepkg", "1.0")
+    make_venv(prefix)
+    return prefix
+
+
+def test_nothing_probed_suggests_env_only_for_another_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command runs no gate of the probed environment: ``--env PREFIX`` is suggested when its
+    Python runs from another prefix, never when --env already is that prefix."""
+    monkeypatch.setenv("LIFTGATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    prefix = _probed_env(tmp_path)
+
+    out = tmp_path / "same.json"
+    argv = ["trace", "-q", "--env", str(prefix), "-o", str(out), "--"]
+    assert main([*argv, str(prefix / "bin" / "python"), "-c", "pass"]) == 0
+    trace = load_trace(str(out))
+    assert trace.probed_gates > 0 and not trace.probes
+    assert [p.prefix for p in trace.processes] == [str(prefix)]
+    [note] = trace.notes
+    assert note.startswith(f"no gate probed in {prefix} ran: the command's Python runs from that environment")
+    assert "--env" not in note and "--source" in note
+
+    out = tmp_path / "other.json"
+    argv = ["trace", "-q", "--env", str(prefix), "-o", str(out), "--"]
+    assert main([*argv, sys.executable, "-c", "pass"]) == 0
+    [note] = load_trace(str(out)).notes
+    assert f"runs from {sys.prefix}, so pass --env {sys.prefix} to probe the packages installed there" in note

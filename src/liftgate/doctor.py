@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -39,12 +40,73 @@ class Check:
     hint: str = ""
 
 
-def _run(cmd: list[str], timeout: float = 30) -> str | None:
+# The torch probe prints its answer on one stdout line that starts with this: whatever else the
+# interpreter writes (a warning on import, a package that prints) is never taken for the answer.
+PROBE_MARK = "liftgate-doctor-probe:"
+_TORCH_PROBE = """
+import json, sys
+def say(doc):
+    sys.stdout.write("\\n" + MARK + json.dumps(doc) + "\\n")
+    sys.stdout.flush()
+import importlib.util
+if importlib.util.find_spec("torch") is None:
+    say({"installed": False})
+    raise SystemExit
+try:
+    import torch
+except BaseException as exc:
+    say({"installed": True, "error": (type(exc).__name__ + ": " + str(exc)).splitlines()[0][:300]})
+    raise SystemExit
+cuda = getattr(getattr(torch, "version", None), "cuda", None)
+archs = []
+try:
+    # The arch list the build was compiled for, without asking the driver (get_arch_list() is
+    # empty on a machine without a GPU, even for a CUDA build).
+    flags = getattr(torch._C, "_cuda_getArchFlags", None)
+    archs = (flags() or "").split() if cuda and flags else (torch.cuda.get_arch_list() if cuda else [])
+except Exception:
+    archs = []
+say({"installed": True, "version": str(getattr(torch, "__version__", "?")), "cuda": cuda, "archs": list(archs)})
+""".replace("MARK", repr(PROBE_MARK), 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What a command printed, stdout and stderr apart; ``returncode`` None when it could not run."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    problem: str = ""  # why it could not run, or ""
+
+
+def _execute(cmd: list[str], timeout: float = 30) -> Ran:
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout + done.stderr if done.returncode == 0 else None
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        return Ran(None, "", "", f"no answer within {timeout:g} s")
+    except OSError as exc:
+        return Ran(None, "", "", str(exc.strerror or exc))
+    return Ran(done.returncode, done.stdout, done.stderr)
+
+
+def _run(cmd: list[str], timeout: float = 30) -> str | None:
+    """A command's stdout when it succeeds (its stderr is never part of the answer), else None."""
+    ran = _execute(cmd, timeout)
+    return ran.stdout if ran.returncode == 0 else None
+
+
+def marked_answer(stdout: str, mark: str = PROBE_MARK) -> object:
+    """The JSON on the last stdout line that starts with ``mark``; None when there is none or it is malformed."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(mark):
+            try:
+                return json.loads(line[len(mark) :])
+            except ValueError:
+                return None
+    return None
 
 
 def buildable(cuda: tuple[int, int], codes: list[str]) -> list[str]:
@@ -143,25 +205,42 @@ def toolchain_checks(target: Arch | None) -> list[Check]:
     return checks
 
 
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
 def torch_checks(python: str) -> list[Check]:
-    probe = (
-        "import importlib.util, json\n"
-        "if importlib.util.find_spec('torch') is None: print(json.dumps(None)); raise SystemExit\n"
-        "import torch\n"
-        "print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
-        "'archs': torch.cuda.get_arch_list() if torch.version.cuda else []}))\n"
-    )
-    out = _run([python, "-c", probe], timeout=120)
-    try:
-        info = json.loads((out or "").strip().splitlines()[-1]) if out else None
-    except (ValueError, IndexError):
-        info = None
-    if info is None:
-        return [Check("torch", "torch", INFO, "not installed" if out else "could not be asked")]
-    archs = info.get("archs") or []
+    """torch's version, CUDA and arch list, asked of ``python`` in a subprocess (the answer read from
+    its marked stdout line, so warnings on stderr or prints on import never hide it)."""
+    ran = _execute([python, "-c", _TORCH_PROBE], timeout=120)
+    info = marked_answer(ran.stdout)
+    if not isinstance(info, dict):
+        why = ran.problem or (
+            f"exit status {ran.returncode}"
+            + (f": {_last_line(ran.stderr)}" if _last_line(ran.stderr) else "")
+        )
+        return [
+            Check("torch", "torch", WARN, f"could not be asked ({why})",
+                  f"run `{python} -c 'import torch'` to see what goes wrong")
+        ]  # fmt: skip
+    if not info.get("installed"):
+        return [Check("torch", "torch", INFO, "not installed")]
+    if info.get("error"):
+        return [
+            Check("torch", "torch", WARN, f"installed, but importing it fails ({info['error']})",
+                  f"run `{python} -c 'import torch'` to see the whole error")
+        ]  # fmt: skip
+    archs = [str(a) for a in info.get("archs") or []]
+    cuda = info.get("cuda")
     return [
-        Check("torch", "torch", OK, f"{info['version']} (CUDA {info.get('cuda') or 'none'})"),
-        Check("torch", "arch list", INFO if archs else WARN, " ".join(archs) or "none (a CPU build)"),
+        Check("torch", "torch", OK, f"{info.get('version')} (CUDA {cuda or 'none'})"),
+        Check(
+            "torch",
+            "arch list",
+            INFO if archs else WARN,
+            " ".join(archs) or ("none (a CPU build)" if not cuda else "none reported"),
+        ),
     ]
 
 
@@ -213,11 +292,15 @@ def cache_checks(environ: dict[str, str]) -> list[Check]:
 
 
 def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
-    """Installed packages with CUDA kernels, and whether each target has a kernel image in them."""
+    """Installed packages with CUDA kernels, and whether each target has a kernel image in them.
+
+    A package with any library that has no kernel image for a target fails for it: that library
+    fails on that GPU ("no kernel image is available for execution on the device")."""
     from liftgate.detect.binary import coverage, kernel_files
     from liftgate.sources.environment import resolve_environment
 
     packages, _skips = resolve_environment(env)
+    where = f" --env {shlex.quote(env)}" if env else ""
     out = []
     for pkg in packages:
         per_target: dict[str, dict[str, int]] = {t.name: {} for t in targets}
@@ -245,11 +328,15 @@ def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
         for t in targets:
             counts = per_target[t.name]
             missing = counts.get("no-kernel-image", 0)
-            verdict = FAIL if missing == libs else WARN if missing or counts.get("ptx-jit") else OK
+            verdict = FAIL if missing else WARN if counts.get("ptx-jit") else OK
             value = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
             hint = ""
             if missing:
-                hint = f"{missing} of {libs} files have no kernel for {t.name}: a build with it in the arch list, or `liftgate scan --kind binary -t {t.name}` for which"
+                hint = (
+                    f"{missing} of {libs} files have no kernel image for {t.name}, so their kernels fail there; "
+                    f"they need a build with {t.name} in its arch list, and "
+                    f"`liftgate scan --kind binary -t {t.name}{where}` lists which files they are"
+                )
             elif counts.get("ptx-jit"):
                 hint = "the driver JIT-compiles PTX at first start (slow once; arch-specific code paths are not taken)"
             out.append(
@@ -283,8 +370,13 @@ def diagnose(target: Arch | None, env: str | None = None, environ: dict[str, str
 
 
 def _env_python(env: str) -> str | None:
-    for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
-        candidate = os.path.join(env, name)
-        if os.access(candidate, os.X_OK):
-            return candidate
+    """The interpreter of the environment at ``env`` (a prefix, or one of its site-packages)."""
+    from liftgate.sources.environment import install_prefix
+
+    env = os.path.abspath(os.path.expanduser(env))
+    for prefix in dict.fromkeys((env, install_prefix(env))):
+        for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
+            candidate = os.path.join(prefix, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
     return None

@@ -23,19 +23,40 @@ def configure_parser(subparsers: Any) -> None:
             "variables that steer builds and caches, JIT caches and their sizes, and the installed "
             "packages that ship CUDA kernels with their coverage for the target."
         ),
-        epilog="Exit codes: 0 nothing failed, 1 a check failed (e.g. no kernel image for the target), 2 usage error.",
+        epilog=(
+            "Exit codes: 0 nothing failed (warnings included), 1 a check failed (a package with a library "
+            "that has no kernel image for the target, a toolkit that cannot build it), 2 usage error or "
+            "an --env that is not an environment."
+        ),
     )
     p.add_argument(
-        "-t", "--target", metavar="ARCH", help="the architecture to check for (default: the local GPUs)"
+        "-t",
+        "--target",
+        metavar="ARCH",
+        help="the architecture to check for (sm_120, 12.0, rtx5090, …; default: the local GPUs)",
     )
-    p.add_argument("--env", metavar="PATH", help="another environment (a virtualenv or prefix)")
-    p.add_argument("-f", "--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--env",
+        metavar="PATH",
+        help=(
+            "check another environment (a virtualenv or prefix directory, e.g. ~/venvs/serve, or its "
+            "site-packages): its torch and its packages' kernels (default: the one liftgate runs in)"
+        ),
+    )
+    p.add_argument(
+        "-f",
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default): one screen with a verdict and a hint per line; json: the checks as a document",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from liftgate.arch.parse import UnknownArchError, parse_target
     from liftgate.doctor import FAIL, diagnose
+    from liftgate.sources.environment import find_site_packages
     from liftgate.sources.interface import SourceError
 
     try:
@@ -44,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"liftgate: error: {exc}\n")
         return 2
     try:
+        if args.env:
+            find_site_packages(args.env)  # a wrong --env fails now, not after the slow checks
         checks = diagnose(target, args.env)
     except SourceError as exc:
         sys.stderr.write(f"liftgate: error: {exc}\n")

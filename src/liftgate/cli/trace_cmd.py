@@ -85,6 +85,9 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument("--cache-dir", metavar="DIR", help="liftgate's scan cache directory")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     p.set_defaults(run=run, command=[])  # main() hands over what follows "--"
+    # The command comes after "--" and is cut off before argparse sees it: say so in the usage line.
+    options = p.format_usage().strip().removeprefix("usage:").strip()
+    p.usage = f"{options} -- COMMAND [ARGS…]".replace("%", "%%")
 
 
 def _error(message: str) -> int:
@@ -136,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
         environment=environment if probes else None,
         timeout=args.timeout,
         probe_limit=args.probe_limit,
+        # the environment whose installed packages were probed: --env, else this one unless --source
+        probed_prefix=os.path.abspath(args.env) if args.env else (None if args.source else sys.prefix),
     )
     if result.error is not None:
         return _error(result.error)

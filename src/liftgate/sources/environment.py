@@ -7,22 +7,29 @@ read directly rather than through ``importlib.metadata`` so any interpreter's en
 (another venv, a container's prefix) can be scanned. Files listed but missing are ignored (stale
 RECORDs are common); listed paths that lead out of the environment's prefix (``..`` past it, or
 absolute elsewhere) are `Skip`s, never read. An editable install's code lives in its project
-directory, which is listed in place of the code it does not have in site-packages, unless it is
-a system directory (/proc, /sys, /dev) or the file system's root. Only regular files are
-opened, so a FIFO named METADATA or RECORD cannot block the run.
+directory; what it installs from there is listed in place of the code it does not have in
+site-packages: the package directories its finder maps (setuptools' ``MAPPING``, read with
+``ast.literal_eval``, the finder never imported or run), else those in the source roots its
+``.pth`` files list, else those its ``pyproject.toml`` or ``src/`` layout names. The rest of the
+checkout (tests, fixtures, examples) is not part of the installed package and is not listed,
+nor is a project in a system directory (/proc, /sys, /dev) or the file system's root. Only
+regular files are opened, so a FIFO named METADATA or RECORD cannot block the run.
 """
 
 from __future__ import annotations
 
+import ast
 import csv
 import glob
 import io
 import json
 import os
 import posixpath
+import re
 import stat
+import sys
 import sysconfig
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
@@ -37,7 +44,7 @@ from liftgate.sources.interface import (
     is_system_path,
     open_regular,
 )
-from liftgate.sources.metadata import read_metadata_headers
+from liftgate.sources.metadata import MAX_DECLARATION_BYTES, read_metadata_headers
 from liftgate.sources.tree import walk_tree
 
 _SITE_DIR_PATTERNS = (
@@ -78,9 +85,33 @@ def _unique_dirs(paths: Iterable[str]) -> list[str]:
     return unique
 
 
+def _not_a_directory(path: str) -> str:
+    """Why ``path`` (which exists, but is no directory) is not an environment, and what to pass instead."""
+    shown = display_name(path)
+    parent = os.path.dirname(path)
+    if os.path.basename(parent) in ("bin", "Scripts") and os.path.basename(path).lower().startswith("python"):
+        # ``--env .venv/bin/python``: the environment is the directory above bin/.
+        prefix = display_name(os.path.dirname(parent))
+        return (
+            f"{shown} is an interpreter, not an environment directory; pass its environment instead: {prefix}"
+        )
+    if os.path.isfile(path):
+        what = "a file"
+    elif os.path.exists(path):
+        what = "a special file"
+    else:
+        what = "a broken symlink"
+    return (
+        f"{shown} is {what}, not an environment directory; pass a virtualenv, a prefix or a "
+        "site-packages directory (the directory that holds bin/python, or its lib/python3.X/site-packages)"
+    )
+
+
 def find_site_packages(path: str) -> list[str]:
     """The site-packages directories of a virtualenv, a prefix, or ``path`` itself when it is one."""
     path = os.path.abspath(os.path.expanduser(path))
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise SourceError(_not_a_directory(path))
     if not os.path.isdir(path):
         raise SourceError(
             f"no such environment: {path}; pass a virtualenv, a prefix or a site-packages directory"
@@ -195,6 +226,272 @@ def _editable_project(dist_info: str) -> str | None:
     return url2pathname(unquote(parsed.path))
 
 
+# -- editable installs: what the distribution installs, not its whole project directory --------
+
+# setuptools' finder module (``__editable___<name>_<version>_finder.py``) and the one hatchling
+# writes through ``editables`` (``_editable_impl_<name>.py``); .pth files list source roots.
+_SETUPTOOLS_FINDER = re.compile(r"__editable___.*_finder\.py")
+_EDITABLES_FINDER = re.compile(r"_editable_impl_.*\.py")
+# One line each (``[ \t]``, never ``\s``, so no pattern runs across lines): linear in the file's size.
+_MAPPING_LINE = re.compile(r"^MAPPING[ \t]*(?::[^=\n]*)?=(.+)$", re.MULTILINE)
+_MAP_MODULE_LINE = re.compile(r"^[ \t]*\w+\.map_module\((.+)\)[ \t]*$", re.MULTILINE)
+# Directories at a project's root that are no package it installs (a tests/ with __init__.py is common).
+_NOT_INSTALLED = frozenset(
+    {"tests", "test", "testing", "docs", "doc", "examples", "example", "benchmarks", "benchmark",
+     "scripts", "tools", "build", "dist", "fixtures", "site-packages"}
+)  # fmt: skip
+_MODULE_SUFFIXES = (".py", ".so", ".pyd")
+
+
+def _small_text(path: str) -> str | None:
+    """The text of a small regular file (a .pth, a finder module); None when unreadable or too big."""
+    try:
+        with open_regular(path) as stream:
+            data = stream.read(MAX_DECLARATION_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_DECLARATION_BYTES:
+        return None
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _literal(text: str) -> object:
+    """``ast.literal_eval`` of ``text``: a value, never code run; None when it is not a literal."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _finder_mapping(text: str, setuptools: bool) -> list[str]:
+    """The package directories an editable finder maps, read without importing or running it:
+    setuptools' ``MAPPING = {...}`` line, or ``editables``' ``F.map_module('name', 'path')`` lines,
+    each value through `ast.literal_eval` only."""
+    paths: list[str] = []
+    if setuptools:
+        for match in _MAPPING_LINE.finditer(text):
+            mapping = _literal(match.group(1).strip())
+            if isinstance(mapping, dict):
+                paths.extend(v for k, v in mapping.items() if isinstance(k, str) and isinstance(v, str))
+    else:
+        for match in _MAP_MODULE_LINE.finditer(text):
+            args = _literal(f"({match.group(1)},)")
+            if isinstance(args, tuple) and len(args) == 2 and all(isinstance(a, str) for a in args):
+                paths.append(args[1])
+    return paths
+
+
+def _pth_roots(site: str, text: str) -> list[str]:
+    """The directories a .pth file adds to ``sys.path`` (its ``import`` lines are code: skipped)."""
+    roots = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or line.startswith(("import ", "import\t")):
+            continue
+        roots.append(os.path.normpath(os.path.join(site, line)))
+    return roots
+
+
+def _pyproject_tool(project: str) -> dict[str, object] | None:
+    """The ``[tool]`` table of the project's pyproject.toml (None on Python 3.10, which has no TOML reader)."""
+    text = _small_text(os.path.join(project, "pyproject.toml"))
+    if text is None:
+        return None
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        try:
+            tool = tomllib.loads(text).get("tool")
+        except (tomllib.TOMLDecodeError, UnicodeError):
+            return None
+        return tool if isinstance(tool, dict) else None
+    return None  # the layout decides
+
+
+def _pyproject_packages(project: str) -> tuple[list[str], list[str]] | None:
+    """(package directories, source roots) the project's build configuration names: hatchling's
+    ``[tool.hatch.build.targets.wheel] packages``, setuptools' ``[tool.setuptools] packages`` (a
+    list with ``package-dir``, or ``find`` with ``where``). None when it names neither."""
+    tool = _pyproject_tool(project)
+    if tool is None:
+        return None
+
+    def table(value: object, *keys: str) -> object:
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    def strings(value: object) -> list[str]:
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    hatch = strings(table(tool, "hatch", "build", "targets", "wheel", "packages")) or strings(
+        table(tool, "hatch", "build", "packages")
+    )
+    if hatch:
+        return [os.path.normpath(os.path.join(project, p)) for p in hatch], []
+    setuptools = table(tool, "setuptools")
+    package_dir = table(setuptools, "package-dir")
+    dirs = (
+        {k: v for k, v in package_dir.items() if isinstance(v, str)} if isinstance(package_dir, dict) else {}
+    )
+    packages = table(setuptools, "packages")
+    if isinstance(packages, list):
+        found = []
+        for package in strings(packages):
+            top = package.split(".")[0]
+            location = dirs.get(top) or os.path.join(dirs.get("", ""), top)
+            found.append(os.path.normpath(os.path.join(project, location)))
+        return (found, []) if found else None
+    where = strings(table(packages, "find", "where"))
+    if where:
+        return [], [os.path.normpath(os.path.join(project, w)) for w in where]
+    return None
+
+
+def _packages_in(root: str, project: str, name: str) -> list[str]:
+    """The top-level packages and modules in the source root ``root``. At the project's root itself
+    only real packages (with ``__init__.py``) count, never tests/, docs/ and the like, and only the
+    module named after the distribution: the rest of a checkout is not installed."""
+    at_project_root = os.path.realpath(root) == os.path.realpath(project)
+    own_module = re.sub(r"[-_.]+", "_", name).lower()
+    found = []
+    try:
+        with os.scandir(root) as entries:
+            listed = sorted(entries, key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in listed:
+        stem, dot, _suffix = entry.name.partition(".")
+        try:
+            is_dir = entry.is_dir()
+            is_file = not is_dir and entry.is_file()
+        except OSError:
+            continue
+        if is_dir and entry.name.isidentifier():
+            if at_project_root and (
+                entry.name.lower() in _NOT_INSTALLED
+                or not os.path.isfile(os.path.join(entry.path, "__init__.py"))
+            ):
+                continue
+            found.append(entry.path)
+        elif is_file and dot and stem.isidentifier() and entry.name.endswith(_MODULE_SUFFIXES):
+            if at_project_root and stem.lower() != own_module:
+                continue
+            found.append(entry.path)
+    return found
+
+
+def _editable_tops(site: str, hooks: Sequence[str], project: str, name: str) -> tuple[list[str], str]:
+    """The package directories and modules an editable install makes importable, and how that
+    was found: its finder's mapping, the source roots its .pth files list (narrowed to what the
+    build configuration names, else to the packages in them), or the project's configuration or
+    ``src/`` layout when it has neither. ``hooks``: the files it installed at the top of ``site``."""
+    mapped: list[str] = []
+    roots: list[str] = []
+    for hook in hooks:
+        base = os.path.basename(hook)
+        setuptools = bool(_SETUPTOOLS_FINDER.fullmatch(base))
+        if not (base.endswith(".pth") or setuptools or _EDITABLES_FINDER.fullmatch(base)):
+            continue
+        text = _small_text(hook)
+        if text is None:
+            continue
+        if base.endswith(".pth"):
+            roots.extend(_pth_roots(site, text))
+        else:
+            mapped.extend(_finder_mapping(text, setuptools))
+    if mapped:
+        return mapped, "its finder's mapping"
+    configured = _pyproject_packages(project)
+    if roots:
+        tops: list[str] = []
+        for root in dict.fromkeys(roots):
+            if not os.path.isdir(root):
+                continue
+            named = [p for p in configured[0] if _within(root, p)] if configured else []
+            tops.extend(named or _packages_in(root, project, name))
+        return tops, "the source roots its .pth file lists"
+    if configured is not None:
+        packages, where = configured
+        tops = list(packages)
+        for root in where:
+            tops.extend(_packages_in(root, project, name))
+        return tops, "its pyproject.toml"
+    src = os.path.join(project, "src")
+    if os.path.isdir(src):
+        return _packages_in(src, project, name), "its src/ layout"
+    return _packages_in(project, project, name), "the packages at its root"
+
+
+def _add_editable_files(
+    site: str,
+    project: str,
+    name: str,
+    version: str | None,
+    files: list[SourceFile],
+    observer: Observer,
+    skips: list[Skip],
+) -> None:
+    """Add the files an editable install makes importable from ``project`` to ``files``: its
+    package directories only, never the rest of the checkout (tests, fixtures, examples)."""
+    real_project = os.path.realpath(project)
+    if is_system_path(real_project) or os.path.dirname(real_project) == real_project:
+        observer.note(f"{name} is an editable install whose source is {project}: not listed")
+        reason = "editable install's source is a system directory (/proc, /sys, /dev or /); not listed"
+        skips.append(Skip(display_name(project), reason, name))
+        return
+    if not os.path.isdir(project):
+        observer.note(f"{name} is an editable install whose source {project} is missing")
+        skips.append(Skip(project, "editable install's source directory not found", name))
+        return
+    prefix = os.path.join(site, "")
+    hooks = [f.fspath for f in files if f.fspath.startswith(prefix) and os.sep not in f.fspath[len(prefix) :]]
+    tops, how = _editable_tops(site, hooks, project, name)
+    listed: list[str] = []
+    seen: list[str] = []
+    for top in tops:
+        if not os.path.lexists(top) and os.path.isfile(top + ".py"):
+            top += ".py"  # a finder maps a top-level module by its name
+        real = os.path.realpath(top)
+        if any(_within(done, real) for done in seen) or not os.path.exists(top):
+            continue
+        if not _within(real_project, real):
+            # As RECORD entries outside the prefix: what the install's files name is not read blindly.
+            reason = f"editable install maps a package outside its project ({project}); not listed: scan it on its own"
+            skips.append(Skip(display_name(top), reason, name))
+            continue
+        seen.append(real)
+        shown = display_name(os.path.relpath(real, real_project).replace(os.sep, "/"))
+        listed.append(shown)
+        if os.path.isdir(top):
+            found, skipped = walk_tree(top, package=name, version=version)
+            lead = "" if shown == "." else f"{shown}/"  # a package mapped to the project directory itself
+            files.extend(
+                SourceFile(f.package, f.version, lead + f.path, f.fspath, f.size, f.mtime_ns) for f in found
+            )
+            skips.extend(
+                Skip(lead + s.path if s.path != "." else shown, s.reason, s.package) for s in skipped
+            )
+        else:
+            try:
+                file_stat = os.stat(top)
+            except OSError:
+                continue
+            if stat.S_ISREG(file_stat.st_mode):
+                files.append(SourceFile(name, version, shown, top, file_stat.st_size, file_stat.st_mtime_ns))
+    if listed:
+        more = f" and {len(listed) - 3} more" if len(listed) > 3 else ""
+        observer.note(
+            f"{name} is an editable install of {project}; scanning what it installs ({', '.join(listed[:3])}{more}, "
+            f"from {how}), not the rest of the project"
+        )
+    else:
+        observer.note(
+            f"{name} is an editable install of {project}, but which of its directories it installs is unclear "
+            f"(nothing found from {how}); scan the package directory itself to include it"
+        )
+
+
 def _dist_info_package(
     site: str, dirname: str, origin: str, observer: Observer, skips: list[Skip]
 ) -> Package | None:
@@ -215,19 +512,7 @@ def _dist_info_package(
 
     project = _editable_project(dist_info)
     if project is not None:
-        real = os.path.realpath(project)
-        if is_system_path(real) or os.path.dirname(real) == real:
-            observer.note(f"{name} is an editable install whose source is {project}: not listed")
-            reason = "editable install's source is a system directory (/proc, /sys, /dev or /); not listed"
-            skips.append(Skip(display_name(project), reason, name))
-        elif os.path.isdir(project):
-            observer.note(f"{name} is an editable install; scanning its source at {project}")
-            project_files, project_skips = walk_tree(project, package=name, version=version)
-            files.extend(project_files)
-            skips.extend(project_skips)
-        else:
-            observer.note(f"{name} is an editable install whose source {project} is missing")
-            skips.append(Skip(project, "editable install's source directory not found", name))
+        _add_editable_files(site, project, name, version, files, observer, skips)
     return Package(name=name, version=version, origin=origin, files=tuple(files))
 
 

@@ -7,10 +7,12 @@ builds) so liftgate honours the user's index configuration (``pip.conf``, ``PIP_
 proxies, certificates) without reimplementing it. A pinned version already in
 ``<cache>/downloads/<name>/<version>/`` is reused without running pip; an unpinned name always asks
 pip (the newest release may have changed) and reuses what pip reports. pip's failures are turned
-into one-line `SourceError`s: unknown version (with the versions the index has), unreachable index,
-timeout. ``--only-binary`` does not cover requirements pip is handed as paths or URLs, so none is:
-pip's ``requirement``/``editable`` settings are dropped from its environment and refused in its
-configuration files.
+into one-line `SourceError`s: unknown version (with the versions the index has), no such project
+(with close names from the cache, this environment and the stacks liftgate is for: the index is
+never searched for names), unreachable index (naming the proxy it was reached through, from pip's
+``proxy`` setting or ``HTTPS_PROXY``/``https_proxy``), timeout. ``--only-binary`` does not cover
+requirements pip is handed as paths or URLs, so none is: pip's ``requirement``/``editable``
+settings are dropped from its environment and refused in its configuration files.
 
 Sdists never go through pip: `download_sdist` takes them straight from the index. It reads the
 index settings pip would use (`IndexSettings.from_pip`), the project page of each index (PEP 691
@@ -64,6 +66,19 @@ _SHOWN_VERSIONS = 5
 _SAVED = re.compile(r"^\s*(?:Saved|File was already downloaded)\s+(.+?)\s*$", re.MULTILINE)
 _FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
 _NOT_FOUND = ("No matching distribution found", "Could not find a version that satisfies")
+_PROXY_TROUBLE = (
+    "ProxyError",
+    "Cannot connect to proxy",
+    "Unable to connect to proxy",
+    "Tunnel connection failed",
+)
+# Projects a misspelling most likely meant, besides those in the cache and installed here: the
+# stacks liftgate is for. Suggestions come from these only; the index is never searched for names.
+_KNOWN_PROJECTS = (
+    "torch", "triton", "vllm", "sglang", "sgl-kernel", "flashinfer-python", "flashinfer-cubin",
+    "flash-attn", "xformers", "bitsandbytes", "deep-gemm", "nvidia-cutlass-dsl", "cupy-cuda12x",
+    "nvidia-ml-py", "transformers", "accelerate", "tensorrt-llm", "lmdeploy",
+)  # fmt: skip
 _NETWORK_TROUBLE = (
     "NewConnectionError",
     "Failed to establish a new connection",
@@ -76,6 +91,9 @@ _NETWORK_TROUBLE = (
     "ConnectTimeoutError",
     "ReadTimeoutError",
     "ProxyError",
+    "Cannot connect to proxy",
+    "Unable to connect to proxy",
+    "Tunnel connection failed",
     "Max retries exceeded",
     "SSLError",
     "connection error:",
@@ -279,17 +297,88 @@ def explain_pip_failure(request: FetchRequest, output: str) -> str:
     if "No module named pip" in output:
         return f"pip is not available to {sys.executable}, so {spec} cannot be fetched; install pip or pass a local wheel/directory"
     if any(marker in output for marker in _NETWORK_TROUBLE):
+        proxy = proxy_in_use()
+        if proxy is not None:
+            address, source = proxy
+            return (
+                f"cannot reach the package index through the proxy {address} ({source}) to fetch {spec}; "
+                "check the network and the proxy, or pass a local wheel/directory"
+            )
+        if _has(output, _PROXY_TROUBLE):
+            return (
+                f"cannot reach the package index through a proxy (pip reports a proxy error) to fetch {spec}; "
+                "check the network and the proxy settings, or pass a local wheel/directory"
+            )
         return f"cannot reach the package index to fetch {spec}; check the network or pass a local wheel/directory"
     if any(marker in output for marker in _NOT_FOUND):
         listed = _FROM_VERSIONS.findall(output)
         versions = listed[-1].strip() if listed else ""
         if versions and versions != "none":
             return f"{spec} is not on the package index; available: {_format_versions(versions)}"
-        return (
-            f"no such file, directory or package: {spec} (the package index has no release of "
-            f"{request.requirement.name}); check the spelling, the network, or pass a path"
-        )
+        return no_project_message(request)
     return f"pip could not fetch {spec}: {_last_error_line(output)}; check the requirement or pass a local wheel/directory"
+
+
+def proxy_in_use(index_url: str | None = None) -> tuple[str, str] | None:
+    """The proxy pip talks to the index through, and where it is set: (address without credentials,
+    "pip's proxy setting" or the variable's name); None when it uses none."""
+    values = _pip_config_values()
+    for section in _CONFIG_SECTIONS:
+        value = values.get(f"{section}.proxy", "").strip()
+        if value:
+            return _redact(value), "PIP_PROXY" if section == ":env:" else "pip's proxy setting"
+    if index_url is None:
+        index_url = next(
+            (
+                values[f"{section}.index-url"]
+                for section in _CONFIG_SECTIONS
+                if values.get(f"{section}.index-url")
+            ),
+            DEFAULT_INDEX_URL,
+        )
+    parts = urlsplit(index_url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        return None
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    for variable in (f"{scheme.upper()}_PROXY", f"{scheme}_proxy", "ALL_PROXY", "all_proxy"):
+        value = os.environ.get(variable, "").strip()
+        if value:
+            return _redact(value), variable
+    return None
+
+
+def _suggestions(name: str, cache_root: str | None) -> list[str]:
+    """Project names close to ``name`` among those in the cache, those installed here and the stacks
+    liftgate is for: never a lookup on the index."""
+    import difflib
+    import importlib.metadata
+
+    candidates = set(_KNOWN_PROJECTS)
+    if cache_root:
+        with contextlib.suppress(OSError):
+            candidates.update(os.listdir(os.path.join(cache_root, "downloads")))
+    with contextlib.suppress(Exception):  # a broken distribution's metadata must not break a message
+        candidates.update(str(d.metadata["Name"] or "") for d in importlib.metadata.distributions())
+    canonical = {canonicalize_name(c) for c in candidates if c and not c.startswith(("@", "."))}
+    canonical.discard(name)
+    return difflib.get_close_matches(name, sorted(canonical), n=3, cutoff=0.75)
+
+
+def no_project_message(
+    request: FetchRequest, *, cache_root: str | None = None, listed_empty: bool = False
+) -> str:
+    """One line for a name the index has no project (``listed_empty``: no release files) of."""
+    name = request.requirement.name
+    suggested = _suggestions(canonicalize_name(name), cache_root)
+    did_you_mean = f" (did you mean {' or '.join(suggested)}?)" if suggested else ""
+    what = (
+        f"the package index lists no release of {name}"
+        if listed_empty
+        else f"no project {name} on the package index"
+    )
+    return f"{what}{did_you_mean}; check the spelling, or pass a path (a wheel, an sdist or a directory)"
 
 
 def _reported_archive(output: str, cwd: str, request: FetchRequest) -> str | None:
@@ -664,7 +753,13 @@ def _release_version(filename: str, name: str) -> Version | None:
         return None
 
 
-def _no_sdist_message(request: FetchRequest, files: Sequence[IndexFile], *, no_wheel: bool = False) -> str:
+def _no_sdist_message(
+    request: FetchRequest,
+    files: Sequence[IndexFile],
+    *,
+    no_wheel: bool = False,
+    cache_root: str | None = None,
+) -> str:
     spec = request.spec
     if no_wheel:
         # pip found no wheel that fits, so "scan it without --sdist" would not help.
@@ -693,11 +788,9 @@ def _no_sdist_message(request: FetchRequest, files: Sequence[IndexFile], *, no_w
             f"no sdist of {spec} is on the package index; versions with an sdist: "
             f"{_format_versions(', '.join(str(v) for v in versions))}"
         )
-    if no_wheel:
-        return (
-            f"{request.requirement.name} has neither a wheel for this platform nor an sdist on the package "
-            "index; pass a local wheel, sdist or source tree"
-        )
+    if no_wheel or not any(_release_version(f.filename, request.name) is not None for f in files):
+        # No release of any kind under this name: a misspelling far more often than a project emptied.
+        return no_project_message(request, cache_root=cache_root, listed_empty=True)
     return (
         f"{request.requirement.name} has no sdist on the package index, only wheels; "
         "scan it without --sdist, or pass a source tree"
@@ -705,7 +798,12 @@ def _no_sdist_message(request: FetchRequest, files: Sequence[IndexFile], *, no_w
 
 
 def _find_sdist(
-    request: FetchRequest, client: _IndexClient, observer: Observer, *, no_wheel: bool = False
+    request: FetchRequest,
+    client: _IndexClient,
+    observer: Observer,
+    *,
+    no_wheel: bool = False,
+    cache_root: str | None = None,
 ) -> tuple[IndexFile, Version]:
     """The sdist of ``request`` on the configured indexes, read in order; a pinned version stops at
     the first index that has it, an unpinned one reads them all for the newest."""
@@ -733,16 +831,20 @@ def _find_sdist(
     if trouble:
         index_url, reason = trouble[0]
         hint = "the certificates (PIP_CERT), " if "certificate" in reason.lower() else ""
+        # Without a wheel pip saw nothing either, most likely for the same reason: the index is
+        # out of reach, so the message is about the requirement, not about its sdist.
+        what, local = (request.spec, "wheel") if no_wheel else (f"the sdist of {request.spec}", "sdist")
+        proxy = proxy_in_use(index_url)
+        through, check = "", "the network"
+        if proxy is not None:
+            through, check = f" through the proxy {proxy[0]} ({proxy[1]})", "the network and the proxy"
         raise SourceError(
-            f"cannot reach the package index at {_redact(index_url)} to fetch the sdist of {request.spec} "
-            f"({reason}); check the network, {hint}or pass a local sdist/directory"
+            f"cannot reach the package index at {_redact(index_url)}{through} to fetch {what} "
+            f"({reason}); check {check}, {hint}or pass a local {local}/directory"
         )
     if not known:
-        raise SourceError(
-            f"no such file, directory or package: {request.spec} (the package index has no release of "
-            f"{request.requirement.name}); check the spelling, the network, or pass a path"
-        )
-    raise SourceError(_no_sdist_message(request, files, no_wheel=no_wheel))
+        raise SourceError(no_project_message(request, cache_root=cache_root))
+    raise SourceError(_no_sdist_message(request, files, no_wheel=no_wheel, cache_root=cache_root))
 
 
 def _file_digest(path: str, algorithm: str) -> str:
@@ -926,7 +1028,7 @@ def download_sdist(
     client = _IndexClient(settings)
     observer.start(f"Looking up the sdist of {request.spec} on the package index")
     try:
-        file, version = _find_sdist(request, client, observer, no_wheel=no_wheel)
+        file, version = _find_sdist(request, client, observer, no_wheel=no_wheel, cache_root=cache_root)
     finally:
         observer.finish()
     if file.yanked:

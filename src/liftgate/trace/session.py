@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -181,8 +182,13 @@ def run_traced(
     timeout: float | None = None,
     notes: Sequence[str] = (),
     probe_limit: int | None = None,
+    probed_prefix: str | None = None,
 ) -> TraceRun:
-    """Run ``command`` traced; the trace is returned whatever the command's exit status."""
+    """Run ``command`` traced; the trace is returned whatever the command's exit status.
+
+    ``probed_prefix``: the environment whose installed packages the probes come from (``--env``,
+    or this interpreter's), None when they come from ``--source`` trees only; when no probe ran,
+    the note says to pass ``--env`` only if the command's Python runs from another prefix."""
     import liftgate
 
     started = time.perf_counter()
@@ -243,16 +249,41 @@ def run_traced(
             liftgate_version=liftgate.__version__,
         )
         if probes and trace.processes and not trace.probes:
-            where = environment or "this environment"
-            trace = _with_note(
-                trace,
-                f"no gate probed in {where} ran: if the command's Python imports its packages from another "
-                f"environment ({', '.join(sorted({p.executable for p in trace.processes}))}), pass --env with "
-                "that prefix, or --source with the tree it imports",
-            )
+            trace = _with_note(trace, nothing_probed_note(trace, environment, probed_prefix))
         return TraceRun(trace, exit_code, error)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _same_prefix(prefix: str, probed: str) -> bool:
+    """Whether an interpreter's ``sys.prefix`` is the environment ``probed`` names (its prefix or
+    one of its site-packages)."""
+    from liftgate.sources.environment import install_prefix
+
+    real = os.path.realpath(prefix)
+    probed_real = os.path.realpath(probed)
+    return real in (probed_real, os.path.realpath(install_prefix(probed_real)))
+
+
+def nothing_probed_note(trace: Trace, environment: str | None, probed_prefix: str | None) -> str:
+    """Why no probed gate may have run, and what to pass: ``--env PREFIX`` only when the command's
+    Python runs from a prefix other than the one probed (``probed_prefix``)."""
+    where = environment or "this environment"
+    prefixes = sorted({p.prefix for p in trace.processes if p.prefix})
+    others = [p for p in prefixes if probed_prefix is None or not _same_prefix(p, probed_prefix)]
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        executables = ", ".join(sorted({p.executable for p in trace.processes if p.prefix in others}))
+        return (
+            f"no gate probed in {where} ran: the command's Python ({executables}) runs from {shown}, "
+            f"so pass --env {shlex.quote(others[0])} to probe the packages installed there, or --source "
+            "with the tree it imports"
+        )
+    return (
+        f"no gate probed in {where} ran: the command's Python runs from that environment, so either it "
+        "never reached them, or it imports these packages from elsewhere (PYTHONPATH, a source tree): "
+        "then pass --source with the tree it imports"
+    )
 
 
 def _with_note(trace: Trace, note: str) -> Trace:
