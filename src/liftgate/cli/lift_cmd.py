@@ -104,7 +104,15 @@ def run(args: argparse.Namespace) -> int:
     from liftgate.arch.nvml import NoGpuError
     from liftgate.arch.parse import UnknownArchError
     from liftgate.cli.progress import make_observer
-    from liftgate.lift.workflow import LiftError, PlanError, choose_gates, plan_env, scan_env
+    from liftgate.lift.workflow import (
+        LiftError,
+        PlanError,
+        choose_gates,
+        judge_env,
+        plan_env,
+        resolve_gate_ids,
+        scan_env,
+    )
     from liftgate.sources.interface import SourceError
 
     if args.chain and (args.gate_ids or args.all_liftable):
@@ -116,18 +124,21 @@ def run(args: argparse.Namespace) -> int:
     except (UnknownArchError, NoGpuError, ValueError) as exc:
         return _error(str(exc))
     observer = make_observer(quiet=not sys.stderr.isatty())
-    wanted = tuple(w.strip() for w in args.gate_ids)
     try:
         try:
-            es = scan_env(
-                args.env, target, cache_dir=args.cache_dir, observer=observer,
-                judge=True if args.all_liftable else (False if args.chain else (lambda g: g.id.startswith(wanted))),
-            )  # fmt: skip
+            # The ids first, from the scan alone (a warm scan cache makes it quick): a mistyped or
+            # ambiguous one fails before anything is judged. Then only what the plan needs is judged:
+            # the requested gates, every excluded gate for --all-liftable, a chain's members (in
+            # `choose_chain`) for --chain.
+            es = scan_env(args.env, target, cache_dir=args.cache_dir, observer=observer)
+            wanted = resolve_gate_ids(es, target, [args.chain] if args.chain else args.gate_ids)
+            if not args.chain:
+                es = judge_env(es, target, None if args.all_liftable else wanted, observer)
         finally:
             observer.finish()
         if args.chain:
             return _lift_chain(es, target, args)
-        ids, refused = choose_gates(es, target, args.gate_ids, args.all_liftable, args.force)
+        ids, refused = choose_gates(es, target, wanted, args.all_liftable, args.force)
         plan = plan_env(es, target, ids, at=args.at, refused=refused)
     except (SourceError, PlanError, LiftError) as exc:
         return _error(str(exc))

@@ -7,11 +7,13 @@ These functions tie `liftgate.scan` to the pure planner (`liftgate.lift.plan`) a
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import shlex
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from liftgate.arch.core import Arch
@@ -56,6 +58,80 @@ def scan_env(
         return scan([], [target], env=env, overlay=overlay, only_packages=packages, cache_dir=cache_dir)
 
     return EnvScan(report, files, env, rescan)
+
+
+def resolve_gate_ids(es: EnvScan, target: Arch, gate_ids: Sequence[str]) -> list[str]:
+    """Each of ``gate_ids`` as the id of the one gate it names in ``es`` (an exact id, else a unique
+    prefix, as `liftgate.lift.plan` matches them), in order, without repeats.
+
+    Every id is checked before anything is judged: one that names no gate or several is a one-line
+    `PlanError` naming each such id, the close ids of the scan and the command that lists them.
+    """
+    ids = [g.id for g in es.report.gates]
+    problems: list[str] = []
+    out: list[str] = []
+    for raw in gate_ids:
+        w = raw.strip()
+        if not w:
+            problems.append("an empty gate id")
+            continue
+        matches = [w] if w in ids else [i for i in ids if i.startswith(w)]
+        if len(matches) == 1:
+            out.append(matches[0])
+        elif matches:
+            shown = ", ".join(matches[:6]) + (f" (+{len(matches) - 6} more)" if len(matches) > 6 else "")
+            problems.append(f"gate id {w!r} is ambiguous ({shown}): give more characters")
+        else:
+            where = f"the environment {es.env}" if es.env else "this environment"
+            close = _close_ids(w, ids)
+            problems.append(
+                f"no gate {w!r} in {where}" + (f" (did you mean {', '.join(close)}?)" if close else "")
+            )
+    if problems:
+        env = f" --env {shlex.quote(es.env)}" if es.env else ""
+        raise PlanError(f"{'; '.join(problems)}; `liftgate scan{env} -t {target.name}` lists the gate ids")
+    return list(dict.fromkeys(out))
+
+
+def _close_ids(wanted: str, ids: Sequence[str], n: int = 3) -> list[str]:
+    """Ids of ``ids`` close to ``wanted``: a typo in it (compared with each id cut to its length,
+    since a prefix is enough), or its number under another kind (``cu-`` for ``py-``)."""
+    by_head: dict[str, list[str]] = {}
+    for i in ids:
+        by_head.setdefault(i[: len(wanted)], []).append(i)
+    close = [i for head in difflib.get_close_matches(wanted, list(by_head), n, 0.8) for i in by_head[head]]
+    _kind, dash, number = wanted.partition("-")
+    if dash and len(number) >= 4:
+        close += [i for i in ids if i.partition("-")[2].startswith(number)]
+    return list(dict.fromkeys(close))[:n]
+
+
+def judge_env(
+    es: EnvScan, target: Arch, gate_ids: Collection[str] | None, observer: Observer | None = None
+) -> EnvScan:
+    """``es`` with the verdicts for ``target`` of the gates ``gate_ids`` (None: of every gate that
+    excludes it) added: those `scan` gives with ``judge`` (the same call, the same gates informing
+    the analysis), for only the gates a lift needs."""
+    from liftgate.judge import verdict
+    from liftgate.scanner import _read_text_lenient
+
+    wanted = None if gate_ids is None else set(gate_ids)
+    if wanted is not None and not wanted:
+        return es
+    if observer is not None:
+        observer.start("judging the gated code", total=None)
+    try:
+        verdicts = verdict.judge_report(
+            es.report.gates,
+            [target],
+            [(name, version, files) for (name, version), files in es.files.items()],
+            _read_text_lenient,
+            only=None if wanted is None else (lambda g: g.id in wanted),
+        )
+    finally:
+        if observer is not None:
+            observer.finish()
+    return replace(es, report=replace(es.report, verdicts=(*es.report.verdicts, *verdicts)))
 
 
 def choose_gates(
@@ -375,9 +451,11 @@ __all__ = [
     "apply_plan",
     "choose_gates",
     "export_series",
+    "judge_env",
     "plan_env",
     "read_series",
     "relocate_series",
+    "resolve_gate_ids",
     "revert",
     "scan_env",
 ]
