@@ -64,6 +64,14 @@ CACHE_FORMAT = "scan-v3"
 DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
 DEFAULT_MAX_PY_FILE_SIZE = 4 * 1024 * 1024
 _BINARY_SNIFF = 8192
+# The stat caches trust a file's size and mtime only when the mtime is older than the moment its
+# entry was computed, minus this margin (file-system clocks are coarse): git's "racy git" rule.
+# A file changed in place since (same size, mtime put back) is read again.
+_RACY_MARGIN_NS = 2_000_000_000
+
+# path -> (size, mtime_ns, tag, stamp_ns): the tag is the content digest or ``skip:<reason>``,
+# stamp_ns when the file was read (a clock reading taken before it).
+StatEntry = tuple[int, int, str, int]
 # Below this many files, a process pool costs more than it saves.
 _POOL_THRESHOLD = 64
 
@@ -94,9 +102,18 @@ def _index_one(path: str, fspath: str, max_size: int, package: str) -> IndexResu
     if b"\x00" in data[:_BINARY_SNIFF]:
         return Skip(path, "binary content in a source file", package)
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
-    if not _is_cfamily(path):  # a build file: only the macros it passes to the compiler matter
-        return IndexedFile(path, digest, QuickIndex(False, frozenset(), build_defines(data), (), ()))
-    return IndexedFile(path, digest, quick_index(data))
+    try:
+        if not _is_cfamily(path):  # a build file: only the macros it passes to the compiler matter
+            return IndexedFile(path, digest, QuickIndex(False, frozenset(), build_defines(data), (), ()))
+        return IndexedFile(path, digest, quick_index(data))
+    except Exception as exc:  # the last resort: one odd file must never stop a scan
+        return Skip(path, f"cannot index it ({_failure(exc)}); gates in it are not reported", package)
+
+
+def _failure(exc: BaseException) -> str:
+    """An unexpected exception for a Skip's reason: its type, and its message cut short."""
+    text = str(exc)
+    return type(exc).__name__ + (f": {text[:200]}{'…' if len(text) > 200 else ''}" if text else "")
 
 
 def _index_chunk(chunk: list[tuple[str, str]], max_size: int, package: str) -> list[IndexResult]:
@@ -167,16 +184,24 @@ def _analyze_chunk(job: _PackageJob, paths: list[str]) -> tuple[list[Gate], list
         except OSError as exc:
             skips.append(Skip(path, f"cannot read: {exc.strerror or exc}", job.name))
             continue
-        result = analyzer.analyze(path, text)
+        # The detectors bound their own work (see liftgate.detect.cuda and cpp_runtime): what is
+        # caught here is a bug, turned into a Skip that names it instead of ending the scan.
+        try:
+            result = analyzer.analyze(path, text)
+        except Exception as exc:
+            skips.append(
+                Skip(path, f"not analysed ({_failure(exc)}); gates in it are not reported", job.name)
+            )
+            continue
         gates.extend(result.gates)
         skips.extend(result.skips)
         derived |= result.derived
         if job.helpers is not None and path in job.runtime_paths:
             try:
                 runtime = detect_cpp_runtime(job.name, job.version, path, text, result.regions, job.helpers)
-            except (RecursionError, ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
+            except Exception as exc:
                 # C++ that the host-code reader cannot follow: the file's other gates stand.
-                skips.append(Skip(path, f"host code not analysed ({type(exc).__name__}: {exc})", job.name))
+                skips.append(Skip(path, f"host code not analysed ({_failure(exc)})", job.name))
                 continue
             gates.extend(runtime.gates)
             skips.extend(runtime.skips)
@@ -224,12 +249,12 @@ class ScanCache:
 
     # Frozen slotted dataclasses unpickle slowly (dataclasses' __setstate__), so the caches hold
     # plain tuples written with marshal; this keeps a warm scan of a 10k-file tree well under a second.
-    def load_stats(self, key: str) -> dict[str, tuple[int, int, str]]:
-        """path -> (size, mtime_ns, tag); the tag is the content digest or ``skip:<reason>``."""
+    def load_stats(self, key: str) -> dict[str, StatEntry]:
+        """path -> `StatEntry`; use an entry only where `stat_hit` says it is fresh."""
         value = self._load(f"stats/{key}-{_code_fingerprint()[:16]}.bin")
         return value if isinstance(value, dict) else {}
 
-    def store_stats(self, key: str, value: dict[str, tuple[int, int, str]]) -> None:
+    def store_stats(self, key: str, value: dict[str, StatEntry]) -> None:
         self._store(f"stats/{key}-{_code_fingerprint()[:16]}.bin", value)
 
     def load_details(self, key: str) -> dict[str, tuple[object, ...]]:
@@ -261,6 +286,22 @@ class ScanCache:
             f"result/{key}.bin",
             (_shared([_gate_to_row(g) for g in gates]), [(s.path, s.reason, s.package) for s in skips]),
         )
+
+
+def stat_hit(entry: object, size: int, mtime_ns: int) -> str | None:
+    """The cached tag of a file whose size and mtime match ``entry``, unless the entry is racy.
+
+    Racy: the file's mtime is not clearly older than the moment the entry was computed, so the
+    file may have changed since without its size or mtime showing it. It is read again.
+    """
+    if not (isinstance(entry, tuple) and len(entry) == 4):
+        return None
+    cached_size, cached_mtime, tag, stamp = entry
+    if cached_size != size or cached_mtime != mtime_ns or not isinstance(tag, str):
+        return None
+    if not isinstance(stamp, int) or mtime_ns >= stamp - _RACY_MARGIN_NS:
+        return None
+    return tag
 
 
 def _shared(value: object, seen: dict[object, object] | None = None) -> object:
@@ -650,12 +691,16 @@ def _scan_package(
     key = _package_key(pkg)
     stats = {f.path: f for f in cfiles}
     cached_stats = scan_cache.load_stats(key)
+    stamp = time.time_ns()  # before any file is read
     tags: dict[str, str] = {}
+    stamps: dict[str, int] = {}
     todo: list[tuple[str, str]] = []
     for f in cfiles:
-        hit = cached_stats.get(f.path)
-        if hit is not None and hit[0] == f.size and hit[1] == f.mtime_ns:
-            tags[f.path] = hit[2]
+        entry = cached_stats.get(f.path)
+        hit = stat_hit(entry, f.size, f.mtime_ns)
+        if hit is not None and entry is not None:
+            tags[f.path] = hit
+            stamps[f.path] = entry[3]
         else:
             todo.append((f.path, f.fspath))
     index: dict[str, IndexResult] = {
@@ -663,7 +708,10 @@ def _scan_package(
     }
     tags.update((path, _tag(r)) for path, r in index.items())
     if todo:
-        scan_cache.store_stats(key, {p: (stats[p].size, stats[p].mtime_ns, tag) for p, tag in tags.items()})
+        scan_cache.store_stats(
+            key,
+            {p: (stats[p].size, stats[p].mtime_ns, tag, stamps.get(p, stamp)) for p, tag in tags.items()},
+        )
 
     # Gates carry their package's name and version (and ids hash the name): the same files in
     # another package or release are another result.
@@ -781,9 +829,9 @@ def _capability_helpers(
             text = _read_text_lenient(fspaths[path])
             read.add(path)
             if text is not None:
-                with contextlib.suppress(RecursionError, ValueError, IndexError):
+                with contextlib.suppress(Exception):  # a file the reader cannot follow adds no helper
                     index.add_source(path, text, host_regions(path, text, cuda_version))
-        with contextlib.suppress(RecursionError):
+        with contextlib.suppress(Exception):
             index.resolve()
         new_needles = {n for n in index.needles() if len(n) >= 4} - searched
         if not new_needles:
@@ -901,9 +949,15 @@ def _scan_python_and_cmake(
         if text is None:
             skips.append(Skip(f.path, "unreadable, binary or too large", f.package))
         else:
-            detection = detect_cmake(f.package, f.version, f.path, text)
-            gates.extend(detection.gates)
-            skips.extend(detection.skips)
+            try:
+                detection = detect_cmake(f.package, f.version, f.path, text)
+            except Exception as exc:  # the last resort (detect_cmake has its own net)
+                skips.append(
+                    Skip(f.path, f"not analysed ({_failure(exc)}); gates in it are not reported", f.package)
+                )
+            else:
+                gates.extend(detection.gates)
+                skips.extend(detection.skips)
         observer.advance(1)
     observer.finish()
 
@@ -988,10 +1042,11 @@ def _content_digests(files: list[SourceFile], scan_cache: ScanCache) -> dict[str
         key = "py-" + hashlib.sha256(f"{package}\x1f{version}\x1f{root}".encode()).hexdigest()[:24]
         stats = scan_cache.load_stats(key) if root else {}
         changed = False
+        stamp = time.time_ns()  # before any file is read
         for f in members:
-            hit = stats.get(f.path)
-            if hit is not None and hit[0] == f.size and hit[1] == f.mtime_ns:
-                out[f.fspath] = hit[2]
+            hit = stat_hit(stats.get(f.path), f.size, f.mtime_ns)
+            if hit is not None:
+                out[f.fspath] = hit
                 continue
             try:
                 with open(f.fspath, "rb") as fh:
@@ -999,7 +1054,7 @@ def _content_digests(files: list[SourceFile], scan_cache: ScanCache) -> dict[str
             except OSError as exc:
                 value = f"unreadable:{exc.errno}"
             out[f.fspath] = value
-            stats[f.path] = (f.size, f.mtime_ns, value)
+            stats[f.path] = (f.size, f.mtime_ns, value, stamp)
             changed = True
         if changed and root:
             scan_cache.store_stats(key, stats)
@@ -1015,12 +1070,25 @@ def _analyze_python(python_files: list[SourceFile], max_file_size: int, skips: l
         (source_from_file(f.package, f.version, f.path, f.fspath) for f in python_files),
         max_file_size=min(max_file_size, DEFAULT_MAX_PY_FILE_SIZE),
     )
-    gates.extend(analyzer.analyze())
+    try:
+        gates.extend(analyzer.analyze())
+    except Exception as exc:  # the last resort: the analyzer catches per module itself
+        skips.append(
+            Skip(
+                f"{len(python_files)} Python files",
+                f"py-runtime analysis failed ({_failure(exc)}); py-runtime gates are not reported",
+            )
+        )
     for module_name in analyzer.build_candidates(PY_BUILD_PREFILTER):
-        module = analyzer.module_for_build(module_name)
-        if module is None:
+        try:
+            module = analyzer.module_for_build(module_name)
+            if module is None:
+                continue
+            detection = detect_py_build(module.package, module.version, module.path, module.text, module.tree)
+        except Exception as exc:  # the last resort (detect_py_build has its own net)
+            src = analyzer.source(module_name)
+            skips.append(Skip(src.path, f"py-build not analysed ({_failure(exc)})", src.package))
             continue
-        detection = detect_py_build(module.package, module.version, module.path, module.text, module.tree)
         gates.extend(detection.gates)
         skips.extend(detection.skips)
     skips.extend(analyzer.skips)

@@ -37,6 +37,11 @@ What an entry admits (compile-target semantics, the same targets the CUDA detect
 A construct that lets every known target through gates nothing and is not reported. Entries
 that depend on what liftgate cannot see (``${VAR}`` set elsewhere, generator expressions, a
 result that later code extends) leave the other targets *unknown* rather than excluded.
+
+Hostile files are bounded: blocks nested deeper than `MAX_NESTING` make the file a `Skip` (the
+analysis links commands across blocks, so the rest could not be read correctly either), a
+condition nested deeper than `MAX_CONDITION_DEPTH` is not parsed, a command with more than
+`MAX_ARGUMENTS` arguments is not read, and at most `MAX_PROBLEMS` syntax problems are listed.
 """
 
 from __future__ import annotations
@@ -68,6 +73,12 @@ def is_cmake_file(path: str) -> bool:
 
 _CONDITION_LIMIT = 240
 _SHOWN_ITEMS = 6
+# Bounds far above real build files (vLLM's and FlashInfer's nest blocks 5 deep, their longest
+# command has a few hundred arguments, their deepest if() has 3 levels of parentheses).
+MAX_NESTING = 100
+MAX_CONDITION_DEPTH = 100
+MAX_ARGUMENTS = 100_000
+MAX_PROBLEMS = 100
 
 # --------------------------------------------------------------------------------------------
 # Tokenizer
@@ -83,6 +94,7 @@ _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)
 _UNQUOTED = re.compile(r'(?:[^ \t\r\n\f\v()#"\\]|\\.)+', re.S)
 _ESCAPE = re.compile(r"\\(.)", re.S)
 _REFERENCE = re.compile(r"\$(?:\{|ENV\{|CACHE\{|<)")
+_PLAIN_RUN = re.compile(r'[^()"#\[\\]+')  # text with nothing that opens or closes anything
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\n": "", ";": "\\;", "0": "\0"}
 
 
@@ -132,6 +144,15 @@ class _SyntaxProblem(Exception):
         self.message = message
 
 
+class _TooDeep(Exception):
+    """Blocks nested deeper than MAX_NESTING: the file is not analysed."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(
+            f"blocks nested deeper than {MAX_NESTING} at line {line}: gates in this file are not reported"
+        )
+
+
 class _Lines:
     def __init__(self, text: str) -> None:
         self._newlines = [m.start() for m in re.finditer("\n", text)]
@@ -157,15 +178,34 @@ def _skip_comment(text: str, pos: int) -> int:
     return len(text) if end < 0 else end
 
 
-def _arguments(text: str, pos: int, start: int, lines: _Lines) -> tuple[list[Argument], int]:
-    """The arguments from ``pos`` (just after ``(``) to the matching ``)``, and the offset after it."""
-    args: list[Argument] = []
+class _Arguments(list[Argument]):
+    """A command's arguments, kept up to MAX_ARGUMENTS; ``dropped`` counts the others."""
+
+    dropped = 0
+
+    def append(self, argument: Argument) -> None:
+        if len(self) < MAX_ARGUMENTS:
+            super().append(argument)
+        else:
+            self.dropped += 1
+
+
+def _arguments(text: str, pos: int, start: int, lines: _Lines) -> tuple[_Arguments, int]:
+    """The arguments from ``pos`` (just after ``(``) to the matching ``)``, and the offset after it.
+
+    Past MAX_ARGUMENTS the rest are read (to find the end) but not kept: the caller drops the command.
+    """
+    args = _Arguments()
     depth = 0
     n = len(text)
     while True:
         space = _WS.match(text, pos)
         if space:
             pos = space.end()
+        if len(args) >= MAX_ARGUMENTS and (plain := _PLAIN_RUN.match(text, pos)):
+            args.dropped += 1  # past the limit: skim plain text, only to find the closing ')'
+            pos = plain.end()
+            continue
         if pos >= n:
             raise _SyntaxProblem(start, "the command has no closing ')'")
         ch = text[pos]
@@ -244,9 +284,17 @@ def tokenize(text: str) -> tuple[list[Command], list[tuple[int, str]]]:
                 if after < n and text[after] == "(":
                     args, end = _arguments(text, after + 1, pos, lines)
                     name = ident.group(0)
-                    commands.append(
-                        Command(name.lower(), name, tuple(args), lines.line(pos), lines.line(end - 1))
-                    )
+                    if args.dropped:
+                        problems.append(
+                            (
+                                lines.line(pos),
+                                f"{name}() has more than {MAX_ARGUMENTS:,} arguments: not read",
+                            )
+                        )
+                    else:
+                        commands.append(
+                            Command(name.lower(), name, tuple(args), lines.line(pos), lines.line(end - 1))
+                        )
                     pos = end
                     continue
                 problems.append((lines.line(pos), f"{ident.group(0)!r} is not followed by '('"))
@@ -328,6 +376,8 @@ def build_blocks(commands: list[Command], last_line: int) -> tuple[list[Node], l
 
     for command in commands:
         name = command.name
+        if (name == "if" or name in _SCOPE_ENDS) and len(stack) >= MAX_NESTING:
+            raise _TooDeep(command.line)
         if name == "if":
             block = IfBlock([Branch(command)])
             body().append(block)
@@ -687,13 +737,34 @@ def _display(args: Iterable[Argument]) -> str:
 
 
 def parse_condition(args: tuple[Argument, ...]) -> Cond | None:
-    """An ``if()`` condition as a tree; CMake gives AND and OR one precedence, left to right."""
+    """An ``if()`` condition as a tree; CMake gives AND and OR one precedence, left to right.
+
+    None when it cannot be parsed, or nests NOT and parentheses deeper than MAX_CONDITION_DEPTH.
+    """
     pos = 0
+    depth = 0
 
     def is_op(i: int, *words: str) -> bool:
         return i < len(args) and args[i].is_word(*words)
 
     def unary() -> Cond | None:
+        nonlocal pos, depth
+        if is_op(pos, "NOT", "("):
+            if depth >= MAX_CONDITION_DEPTH:
+                return None
+            depth += 1
+            try:
+                return nested()
+            finally:
+                depth -= 1
+        start = pos
+        while pos < len(args) and not is_op(pos, "AND", "OR", ")") and not (pos > start and is_op(pos, "(")):
+            pos += 1
+        if pos == start:
+            return None
+        return Cond("atom", _display(args[start:pos]), args=args[start:pos])
+
+    def nested() -> Cond | None:
         nonlocal pos
         if is_op(pos, "NOT"):
             start = pos
@@ -702,34 +773,39 @@ def parse_condition(args: tuple[Argument, ...]) -> Cond | None:
             if child is None:
                 return None
             return Cond("not", _display(args[start:pos]), [child])
-        if is_op(pos, "("):
-            start = pos
-            pos += 1
-            inner = expression()
-            if inner is None or not is_op(pos, ")"):
-                return None
-            pos += 1
-            inner.text = _display(args[start + 1 : pos - 1])
-            return inner
         start = pos
-        while pos < len(args) and not is_op(pos, "AND", "OR", ")") and not (pos > start and is_op(pos, "(")):
-            pos += 1
-        if pos == start:
+        pos += 1
+        inner = expression()
+        if inner is None or not is_op(pos, ")"):
             return None
-        return Cond("atom", _display(args[start:pos]), args=args[start:pos])
+        pos += 1
+        inner.text = _display(args[start + 1 : pos - 1])
+        return inner
 
     def expression() -> Cond | None:
         nonlocal pos
         start = pos
         left = unary()
+        # A chain of one operator grows one node in place; its text is made when it is complete
+        # (once, not at every operand: a 100,000-operand AND chain stays linear).
+        chain: Cond | None = None
+        end = pos
         while left is not None and is_op(pos, "AND", "OR"):
             op: Literal["and", "or"] = "and" if args[pos].value == "AND" else "or"
             pos += 1
             right = unary()
             if right is None:
                 return None
-            children = left.children if left.op == op else [left]
-            left = Cond(op, _display(args[start:pos]), [*children, right])
+            if chain is not None and chain.op == op:
+                chain.children.append(right)
+            else:
+                if chain is not None:
+                    chain.text = _display(args[start:end])
+                children = left.children if left.op == op else [left]
+                chain = left = Cond(op, "", [*children, right])
+            end = pos
+        if chain is not None:
+            chain.text = _display(args[start:end])
         return left
 
     tree = expression()
@@ -1661,9 +1737,17 @@ def detect_cmake(package: str, version: str | None, path: str, text: str) -> Det
     try:
         analyzer = _Analyzer(package, version, path)
         commands, problems = tokenize(text)
-        nodes, block_problems = build_blocks(commands, text.count("\n") + 1)
-        for line, reason in [*problems, *block_problems]:
+        try:
+            nodes, block_problems = build_blocks(commands, text.count("\n") + 1)
+        except _TooDeep as exc:
+            return Detection((), (Skip(path, str(exc), package),))
+        problems = [*problems, *block_problems]
+        for line, reason in problems[:MAX_PROBLEMS]:
             analyzer.skip(line, f"CMake syntax: {reason}")
+        if len(problems) > MAX_PROBLEMS:
+            analyzer.skip(
+                problems[MAX_PROBLEMS][0], f"CMake syntax: {len(problems) - MAX_PROBLEMS:,} more problems"
+            )
         analyzer.survey(nodes)
         analyzer.visit(nodes, ())
         return Detection(tuple(analyzer.gates), tuple(analyzer.skips))

@@ -7,6 +7,9 @@ Two speeds, because most files never deserve a full parse:
   which macros does it define, what does it include). It over-approximates on purpose.
 * `lex_directives` is exact: line continuations are spliced, comments removed (string and
   character literals respected), and every directive comes back with its physical line span.
+
+Both take time linear in the file, however long its lines: a line is scanned once, whatever
+the number of ``#`` or ``/*`` on it (one pathological case is bounded instead, see `LexLimit`).
 """
 
 from __future__ import annotations
@@ -168,6 +171,68 @@ def strip_comments(text: str) -> str:
     return _COMMENT_OR_LITERAL.sub(_uncomment, text) if "/" in text else text
 
 
+class LexLimit(ValueError):
+    """A line the lexer cannot read in linear time (a character literal cut by thousands of
+    comment openers): the file is not analysed."""
+
+
+_PREFIX_FALLBACK = 1 << 14  # characters re-read for one opener inside a long character literal
+_GAP = re.compile(r"[^\"'\n]*")
+
+
+class _Prefix:
+    """`_opens_in_code` of ``text[base:pos]`` for increasing ``pos``, each character read once.
+
+    What `_opens_in_code` removes with ``LITERALS.sub`` is a literal of the line as a whole, up to
+    the first literal that ``pos`` cuts; the text between literals is summarised as it is passed.
+    """
+
+    __slots__ = ("base", "last", "pos", "quote", "slashes", "text")
+
+    def __init__(self, text: str, base: int) -> None:
+        self.text = text
+        self.base = base
+        self.pos = base  # text[base:pos] is summarised below, literals removed
+        self.quote = False  # an unmatched '"' in it
+        self.slashes = False  # "//" in it
+        self.last = ""  # its last character
+
+    def opens_in_code(self, at: int) -> bool:
+        text = self.text
+        while self.pos < at and not self.quote:
+            gap = _GAP.match(text, self.pos, at)
+            assert gap is not None
+            if gap.end() > self.pos:
+                chunk = gap.group(0)
+                self.slashes = self.slashes or "//" in chunk or (self.last == "/" and chunk[0] == "/")
+                self.last = chunk[-1]
+                self.pos = gap.end()
+                continue
+            literal = LITERALS.match(text, self.pos)
+            if literal is None:  # no closing quote on the line: the quote stays
+                if text[self.pos] == '"':
+                    self.quote = True
+                self.slashes = self.slashes or (self.last == "/" and text[self.pos] == "/")
+                self.last = text[self.pos]
+                self.pos += 1
+            elif literal.end() <= at:
+                self.pos = literal.end()  # removed whole
+            elif text[self.pos] == '"':
+                return False  # cut by ``at``: its opening quote stays
+            else:
+                return self._cut_character_literal(at)
+        return not self.quote and not self.slashes
+
+    def _cut_character_literal(self, at: int) -> bool:
+        """``at`` is inside a character literal: its quote stays and the rest reads as code."""
+        if at - self.pos > _PREFIX_FALLBACK:
+            raise LexLimit(f"a line with a character literal of more than {_PREFIX_FALLBACK:,} characters")
+        tail = LITERALS.sub("", self.text[self.pos : at])
+        if self.quote or '"' in tail:
+            return False
+        return not (self.slashes or "//" in tail or (self.last == "/" and tail[:1] == "/"))
+
+
 def _opens_in_code(prefix: str) -> bool:
     """Whether an opener after ``prefix`` (the line up to it) is code, not inside a literal or // comment."""
     if '"' in prefix or "'" in prefix:
@@ -200,6 +265,8 @@ def hidden_spans(text: str) -> list[tuple[int, int]]:
     pos = 0
     comment = text.find("/*")
     raw = text.find('R"')
+    line_start = newline_from = 0  # the start of the line of the last opener, and where it was found
+    prefix = _Prefix(text, 0)
     while comment >= 0 or raw >= 0:
         if comment >= 0 and (raw < 0 or comment < raw):
             start, delimiter = comment, None
@@ -208,8 +275,13 @@ def hidden_spans(text: str) -> list[tuple[int, int]]:
             if delimiter is None:
                 raw = text.find('R"', raw + 2)
                 continue
-        line_start = max(text.rfind("\n", 0, start) + 1, spans[-1][1] if spans else 0)
-        if not _opens_in_code(text[line_start:start]):
+        newline = text.rfind("\n", newline_from, start)
+        line_start = newline + 1 if newline >= 0 else line_start
+        newline_from = start
+        base = max(line_start, spans[-1][1] if spans else 0)
+        if prefix.base != base:
+            prefix = _Prefix(text, base)
+        if not prefix.opens_in_code(start):
             pos = start + 2
         else:
             if delimiter is None:
@@ -285,21 +357,32 @@ def lex_directives(text: str) -> LexedFile:
     line = 1
     counted = 0
     spliced = CONTINUATION in text
+    # Per line, found once: where it starts, its first character that is not a blank (" \t\f\v\r"),
+    # and its first that is neither whitespace nor hidden (a comment, a raw string).
+    line_start = newline_from = 0
+    first_blank_end = first_code = -1
     for m in _DIRECTIVE_START.finditer(text):
         start = m.start()
         if hidden:
             k = bisect.bisect_right(hidden_starts, start) - 1
             if k >= 0 and hidden[k][1] > start:
                 continue
-        line_start = text.rfind("\n", 0, start) + 1
+        newline = text.rfind("\n", newline_from, start)
+        if newline >= 0:
+            line_start = newline + 1
+            first_blank_end = first_code = -1
+        newline_from = start
         if start != line_start:
-            prefix = text[line_start:start]
-            if prefix.strip(" \t\f\v\r") and (
-                not hidden
-                or "*/" not in prefix
-                or strip_comments_in(prefix, text, line_start, hidden).strip()
-            ):
-                continue
+            if first_blank_end < 0:
+                blanks = _BLANKS.match(text, line_start)
+                first_blank_end = blanks.end() if blanks else line_start
+            if first_blank_end < start:  # text before the '#' that is not blank: maybe only comments
+                if not hidden:
+                    continue
+                if first_code < 0:
+                    first_code = _first_code(text, line_start, hidden, hidden_starts)
+                if first_code < start or text.find("*/", line_start, start) < 0:
+                    continue
         # The directive runs to the end of its logical line, or past it through a block comment.
         end = text.find("\n", m.end())
         end = len(text) if end < 0 else end
@@ -331,6 +414,23 @@ def lex_directives(text: str) -> LexedFile:
             )
         )
     return LexedFile(tuple(directives), text, hidden)
+
+
+_BLANKS = re.compile(r"[ \t\f\v\r]*")
+
+
+def _first_code(text: str, pos: int, hidden: list[tuple[int, int]], hidden_starts: list[int]) -> int:
+    """The first position from ``pos`` that is neither whitespace nor inside a hidden span."""
+    n = len(text)
+    while pos < n:
+        k = bisect.bisect_right(hidden_starts, pos) - 1
+        if k >= 0 and hidden[k][1] > pos:
+            pos = hidden[k][1]
+        elif text[pos].isspace():
+            pos += 1
+        else:
+            break
+    return pos
 
 
 def strip_comments_in(prefix: str, text: str, offset: int, hidden: list[tuple[int, int]]) -> str:

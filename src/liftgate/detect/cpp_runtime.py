@@ -37,7 +37,9 @@ from liftgate.detect.cpp_syntax import (
     Stmt,
     StmtParser,
     Tok,
+    TooDeep,
     find_functions,
+    forget_tables,
     join_tokens,
     node_text,
     tokenize,
@@ -53,6 +55,11 @@ __all__ = ["CAPABILITY_TOKENS", "HelperIndex", "detect_cpp_runtime", "mentions_c
 MAX_CALL_DEPTH = 6
 MAX_TRAIL = 10
 _STEP_BUDGET = 200_000  # expression evaluations per walked function, callees included
+# Statements and expressions being executed, nested in each other (callees included): past it the
+# function is not followed. Parsing already bounds one function (cpp_syntax.MAX_NESTING); this
+# bounds a chain of helpers, each nested deep, and keeps the walk inside Python's recursion limit.
+MAX_DEPTH = 250
+MAX_INT_BITS = 4096  # an integer beyond it is unknown (C++ has 64 bits; `a = a * a` must stay small)
 
 # -- values -----------------------------------------------------------------------------------
 
@@ -177,6 +184,27 @@ def _num(value: object) -> object:
     raise TypeError(value)
 
 
+def _bounded(value: object) -> object:
+    """An integer result beyond MAX_INT_BITS is unknown (`lanewise` turns the error into UNK)."""
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise OverflowError("an integer too large to follow")
+    return value
+
+
+def _mul(a: object, b: object) -> object:
+    x, y = _num(a), _num(b)
+    if isinstance(x, int) and isinstance(y, int) and x.bit_length() + y.bit_length() > MAX_INT_BITS + 1:
+        raise OverflowError("an integer too large to follow")
+    return _bounded(x * y)  # type: ignore[operator]
+
+
+def _shl(a: object, b: object) -> object:
+    x, y = _num(a), _num(b)
+    if isinstance(x, int) and isinstance(y, int) and (y > MAX_INT_BITS or x.bit_length() + y > MAX_INT_BITS):
+        raise OverflowError("an integer too large to follow")
+    return x << y  # type: ignore[operator]
+
+
 def _div(a: object, b: object) -> object:
     x, y = _num(a), _num(b)
     if isinstance(x, int) and isinstance(y, int):
@@ -193,12 +221,12 @@ def _mod(a: object, b: object) -> object:
 
 
 _ARITH: dict[str, Callable[[object, object], object]] = {
-    "+": lambda a, b: _num(a) + _num(b),  # type: ignore[operator]
-    "-": lambda a, b: _num(a) - _num(b),  # type: ignore[operator]
-    "*": lambda a, b: _num(a) * _num(b),  # type: ignore[operator]
+    "+": lambda a, b: _bounded(_num(a) + _num(b)),  # type: ignore[operator]
+    "-": lambda a, b: _bounded(_num(a) - _num(b)),  # type: ignore[operator]
+    "*": _mul,
     "/": _div,
     "%": _mod,
-    "<<": lambda a, b: _num(a) << _num(b),  # type: ignore[operator]
+    "<<": _shl,
     ">>": lambda a, b: _num(a) >> _num(b),  # type: ignore[operator]
     "&": lambda a, b: _num(a) & _num(b),  # type: ignore[operator]
     "|": lambda a, b: _num(a) | _num(b),  # type: ignore[operator]
@@ -321,8 +349,11 @@ class HelperIndex:
         table, of_line = region_lookup(regions or [])
         if regions:
             self.region_tables[path] = table
-        for fdef in find_functions(tokenize(text, of_line), path):
-            self.functions.setdefault(fdef.name, []).append(fdef)
+        try:
+            for fdef in find_functions(tokenize(text, of_line), path):
+                self.functions.setdefault(fdef.name, []).append(fdef)
+        finally:
+            forget_tables()
 
     def names(self) -> set[str]:
         """Names whose use makes a function worth walking (a struct field ``.arch`` as ``arch``)."""
@@ -451,6 +482,10 @@ class _Budget(Exception):
     pass
 
 
+class _DepthExceeded(TooDeep):
+    """MAX_DEPTH reached while executing: the walk of the whole function ends."""
+
+
 class Interpreter:
     """Executes function bodies over lanes; reports gates to a sink when asked to."""
 
@@ -462,9 +497,10 @@ class Interpreter:
         self.sink: _GateSink | None = None
         self.depth = 0
         self.steps = 0
+        self.nesting = 0  # statements and expressions in execution (see MAX_DEPTH)
         self.assumptions: list[str] = []
         self._memo: dict[tuple[object, ...], CV] = {}
-        self._parsed: dict[tuple[str, str, int], Stmt] = {}
+        self._parsed: dict[tuple[str, str, int], Stmt | TooDeep] = {}
 
     # -- entry points -----------------------------------------------------------------------
     def run(self, fdef: FuncDef, args: list[CV], collect: _GateSink | None) -> tuple[CV, dict[str, CV]]:
@@ -473,18 +509,32 @@ class Interpreter:
         self.steps = 0
         try:
             return self._call(fdef, args)
-        except (_Budget, RecursionError):
+        except (_Budget, TooDeep, RecursionError):
             return UNKNOWN, {}
         finally:
             self.sink = None
+            self.nesting = 0
 
     def _body(self, fdef: FuncDef) -> Stmt:
+        """The function's parsed body (parsed once; a body too deep to read raises TooDeep each time)."""
         key = (fdef.path, fdef.qualname, fdef.line)
         block = self._parsed.get(key)
         if block is None:
-            block, _ = StmtParser(fdef.body).block(0)
+            try:
+                block, _ = StmtParser(fdef.body).block(0)
+            except TooDeep as exc:
+                block = exc
             self._parsed[key] = block
+        if isinstance(block, TooDeep):
+            raise block
         return block
+
+    def _enter(self) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_DEPTH:
+            raise _DepthExceeded(
+                f"nested deeper than {MAX_DEPTH} statements and expressions (helpers included)"
+            )
 
     def _call(self, fdef: FuncDef, args: list[CV]) -> tuple[CV, dict[str, CV]]:
         env: dict[str, CV] = {}
@@ -585,6 +635,13 @@ class Interpreter:
         return out
 
     def exec_stmt(self, stmt: Stmt, mask: Lanes, frame: _Frame, region: int, rest: list[Stmt]) -> Lanes:
+        self._enter()
+        try:
+            return self._exec_stmt(stmt, mask, frame, region, rest)
+        finally:
+            self.nesting -= 1
+
+    def _exec_stmt(self, stmt: Stmt, mask: Lanes, frame: _Frame, region: int, rest: list[Stmt]) -> Lanes:
         kind = stmt.kind
         if kind == "block":
             return self.exec_block(stmt.body, mask, frame, region)
@@ -775,6 +832,13 @@ class Interpreter:
         self.steps += 1
         if self.steps > _STEP_BUDGET:
             raise _Budget
+        self._enter()
+        try:
+            return self._eval(node, frame, mask)
+        finally:
+            self.nesting -= 1
+
+    def _eval(self, node: Node, frame: _Frame, mask: Lanes) -> CV:
         kind = node.kind
         if kind == "num":
             return const(node.value) if node.value is not None else UNKNOWN
@@ -1037,6 +1101,10 @@ class Interpreter:
             self.assumptions = []
             try:
                 result, fields = self._call(fdef, args)
+            except TooDeep as exc:
+                if isinstance(exc, _DepthExceeded):
+                    raise
+                result, fields = UNKNOWN, {}  # a helper too deep to read: its result is unknown
             finally:
                 self.depth -= 1
                 self.sink = sink
@@ -1553,11 +1621,14 @@ def detect_cpp_runtime(
     watch = index.names()
     sink = _GateSink(package, version, path, table)
     skips: list[Skip] = []
-    for fdef in find_functions(toks, path):
-        ids = _body_ids(fdef)
-        if ids.isdisjoint(_source_names()) and ids.isdisjoint(watch) and not any(map(_inferable, ids)):
-            continue
-        _walk(Interpreter(index, path, table), fdef, sink, skips, path, package)
+    try:
+        for fdef in find_functions(toks, path):
+            ids = _body_ids(fdef)
+            if ids.isdisjoint(_source_names()) and ids.isdisjoint(watch) and not any(map(_inferable, ids)):
+                continue
+            _walk(Interpreter(index, path, table), fdef, sink, skips, path, package)
+    finally:
+        forget_tables()
     return Detection(tuple(sink.gates), tuple(skips))
 
 
@@ -1581,8 +1652,11 @@ def _walk(
         interp.exec_block(interp._body(fdef).body, interp.all_lanes, frame, 0)
     except _Budget:
         skips.append(Skip(f"{path}:{fdef.line}", f"{fdef.qualname}: too large to follow completely", package))
-    except RecursionError:
+    except TooDeep as exc:
+        skips.append(Skip(f"{path}:{fdef.line}", f"{fdef.qualname}: {exc}; not followed", package))
+    except RecursionError:  # a last resort: the bounds above keep the walk well inside the limit
         skips.append(Skip(f"{path}:{fdef.line}", f"{fdef.qualname}: nested too deeply to follow", package))
     finally:
         interp.sink = None
+        interp.nesting = 0
         sink.frame = None

@@ -8,16 +8,34 @@ and classes inside function bodies are skipped, not understood.
 
 Preprocessor directives are not tokens: the caller says which lines the host pass compiles
 (see `liftgate.detect.cuda.Region`) and the tokenizer drops the rest.
+
+Hostile input is bounded: brackets are matched once per token list (a table, not a scan per
+bracket), statements and scopes nested deeper than `MAX_NESTING` raise `TooDeep` (the function is
+not followed), an expression nested deeper than `MAX_EXPRESSION_DEPTH` parser levels is an
+``unknown`` node, template arguments are looked for within `MAX_TEMPLATE_SCAN` tokens, and integer
+literals longer than any 64-bit one are unknown.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from liftgate.detect.ppexpr import BINARY_PRECEDENCE
+
+# Far above real host code (vLLM's and FlashInfer's dispatch nests statements ~8 deep and
+# expressions ~10; CUTLASS's longest template argument list is a few hundred tokens).
+MAX_NESTING = 100
+MAX_EXPRESSION_DEPTH = 200
+MAX_TEMPLATE_SCAN = 4_096
+_MAX_LITERAL_CHARS = 72  # 0b and 64 binary digits, with digit separators and a suffix
+
+
+class TooDeep(Exception):
+    """Statements or scopes nested deeper than MAX_NESTING: the construct is not read."""
+
 
 # Every token, and every newline (to count lines), as plain strings: `re.findall` does the
 # scanning in C and skips whitespace by itself, several times faster than a Python loop over
@@ -150,10 +168,45 @@ class FuncDef:
     line: int
 
 
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+# Bracket tables of the token lists read last: (the list, opener index -> closer index). Lists are
+# matched whole once, so nested blocks cost linear time, not a scan per level.
+_TABLES: dict[int, tuple[Sequence[Tok], dict[int, int]]] = {}
+
+
+def _bracket_table(toks: Sequence[Tok]) -> dict[int, int]:
+    cached = _TABLES.get(id(toks))
+    if cached is not None and cached[0] is toks:
+        return cached[1]
+    table: dict[int, int] = {}
+    open_at: dict[str, list[int]] = {"(": [], "[": [], "{": []}
+    closer_of = {v: k for k, v in _PAIRS.items()}
+    for k, t in enumerate(toks):
+        text = t.text
+        if text in open_at:
+            open_at[text].append(k)
+        elif text in closer_of:
+            stack = open_at[closer_of[text]]
+            if stack:
+                table[stack.pop()] = k
+    if len(_TABLES) >= 4:
+        del _TABLES[next(iter(_TABLES))]
+    _TABLES[id(toks)] = (toks, table)
+    return table
+
+
+def forget_tables() -> None:
+    """Drop the bracket tables (and so the token lists they keep alive): a file is done."""
+    _TABLES.clear()
+
+
 def _match(toks: list[Tok] | tuple[Tok, ...], i: int, open_: str, close: str, end: int | None = None) -> int:
     """Index of the token closing the bracket at ``i`` (or the last index before ``end`` if unbalanced)."""
-    depth = 0
     n = len(toks) if end is None else end
+    if i < n and toks[i].text == open_ and _PAIRS.get(open_) == close:
+        j = _bracket_table(toks).get(i)
+        return j if j is not None and j < n else n - 1
+    depth = 0
     while i < n:
         t = toks[i].text
         if t == open_:
@@ -197,13 +250,18 @@ def _param_names(toks: list[Tok]) -> tuple[str, ...]:
 
 
 def find_functions(toks: list[Tok], path: str) -> list[FuncDef]:
-    """Function definitions at namespace or class scope (nested classes included)."""
+    """Function definitions at namespace or class scope (nested classes included).
+
+    Scopes nested deeper than MAX_NESTING are passed over: their functions are not found.
+    """
     out: list[FuncDef] = []
     _scan_scope(toks, 0, len(toks), path, out, "")
     return out
 
 
-def _scan_scope(toks: list[Tok], i: int, end: int, path: str, out: list[FuncDef], prefix: str) -> None:
+def _scan_scope(
+    toks: list[Tok], i: int, end: int, path: str, out: list[FuncDef], prefix: str, depth: int = 0
+) -> None:
     while i < end:
         t = toks[i]
         if t.text in _SCOPES and t.kind == "id":
@@ -226,14 +284,17 @@ def _scan_scope(toks: list[Tok], i: int, end: int, path: str, out: list[FuncDef]
             name = "::".join(parts)
             if j < end and toks[j].text == "{":
                 close = _match(toks, j, "{", "}")
-                _scan_scope(toks, j + 1, close, path, out, f"{prefix}{name}::" if name else prefix)
+                if depth < MAX_NESTING:
+                    scope = f"{prefix}{name}::" if name else prefix
+                    _scan_scope(toks, j + 1, close, path, out, scope, depth + 1)
                 i = close + 1
                 continue
             i = j + 1 if j < end and toks[j].text == ";" else i + 1
             continue
         if t.text == "extern" and i + 2 < end and toks[i + 1].kind == "str" and toks[i + 2].text == "{":
             close = _match(toks, i + 2, "{", "}")
-            _scan_scope(toks, i + 3, close, path, out, prefix)
+            if depth < MAX_NESTING:
+                _scan_scope(toks, i + 3, close, path, out, prefix, depth + 1)
             i = close + 1
             continue
         if t.text == "{":
@@ -284,6 +345,7 @@ def _scan_scope(toks: list[Tok], i: int, end: int, path: str, out: list[FuncDef]
 def _match_angle(toks: list[Tok] | tuple[Tok, ...], i: int, end: int) -> int:
     depth = 0
     j = i
+    end = min(end, i + MAX_TEMPLATE_SCAN)
     while j < end:
         s = toks[j].text
         if s == "<":
@@ -405,6 +467,8 @@ _TEMPLATE_CALLEES = frozenset(
 
 
 def _int_literal(text: str) -> int | float | None:
+    if len(text) > _MAX_LITERAL_CHARS:
+        return None  # longer than any 64-bit literal: what a compiler rejects
     t = text.replace("'", "").rstrip("uUlLzZ")
     try:
         if t.lower().startswith("0x"):
@@ -421,13 +485,18 @@ def _int_literal(text: str) -> int | float | None:
             return None
 
 
+class _ExpressionTooDeep(Exception):
+    pass
+
+
 class ExprParser:
     """Precedence climbing over a token list; never raises on odd input (yields ``unknown`` nodes)."""
 
-    def __init__(self, toks: list[Tok] | tuple[Tok, ...], start: int, end: int) -> None:
+    def __init__(self, toks: list[Tok] | tuple[Tok, ...], start: int, end: int, depth: int = 0) -> None:
         self.toks = toks
         self.i = start
         self.end = end
+        self.depth = depth  # parser calls in progress, those of enclosing parsers included
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -437,60 +506,81 @@ class ExprParser:
         start = self.i
         try:
             node = self.ternary()
-        except (IndexError, RecursionError):
+        except (IndexError, RecursionError, _ExpressionTooDeep):
             return Node("unknown", start, self.end)
         return node
 
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_EXPRESSION_DEPTH:
+            raise _ExpressionTooDeep
+
+    def _inner(self, start: int, end: int) -> Node:
+        """A sub-expression (an argument, an index) parsed with this parser's depth."""
+        return ExprParser(self.toks, start, end, self.depth).parse()
+
     def ternary(self) -> Node:
-        start = self.i
-        cond = self.binary(1)
-        if self.peek() == "?":
-            self.i += 1
-            a = self.ternary()
-            if self.peek() == ":":
+        self._enter()
+        try:
+            start = self.i
+            cond = self.binary(1)
+            if self.peek() == "?":
                 self.i += 1
-            b = self.ternary()
-            return Node("tern", start, self.i, args=[cond, a, b])
-        if self.peek() in ("=", "+=", "-=", "*=", "/=", "|=", "&=", "<<=", ">>="):
-            op = self.peek()
-            self.i += 1
-            rhs = self.ternary()
-            return Node("assign", start, self.i, op=op, args=[cond, rhs])
-        return cond
+                a = self.ternary()
+                if self.peek() == ":":
+                    self.i += 1
+                b = self.ternary()
+                return Node("tern", start, self.i, args=[cond, a, b])
+            if self.peek() in ("=", "+=", "-=", "*=", "/=", "|=", "&=", "<<=", ">>="):
+                op = self.peek()
+                self.i += 1
+                rhs = self.ternary()
+                return Node("assign", start, self.i, op=op, args=[cond, rhs])
+            return cond
+        finally:
+            self.depth -= 1
 
     def binary(self, min_prec: int) -> Node:
-        start = self.i
-        left = self.unary()
-        while True:
-            op = self.peek()
-            prec = _BINARY.get(op)
-            if prec is None or prec < min_prec or self.toks[self.i].kind != "op":
-                return left
-            self.i += 1
-            right = self.binary(prec + 1)
-            left = Node("bin", start, self.i, op=op, args=[left, right])
+        self._enter()
+        try:
+            start = self.i
+            left = self.unary()
+            while True:
+                op = self.peek()
+                prec = _BINARY.get(op)
+                if prec is None or prec < min_prec or self.toks[self.i].kind != "op":
+                    return left
+                self.i += 1
+                right = self.binary(prec + 1)
+                left = Node("bin", start, self.i, op=op, args=[left, right])
+        finally:
+            self.depth -= 1
 
     def unary(self) -> Node:
-        start = self.i
-        op = self.peek()
-        if op in ("!", "-", "+", "~", "&", "*", "++", "--") and self.toks[self.i].kind == "op":
-            self.i += 1
-            operand = self.unary()
-            return Node("unary", start, self.i, op=op, args=[operand])
-        if op == "not":
-            self.i += 1
-            operand = self.unary()
-            return Node("unary", start, self.i, op="!", args=[operand])
-        if op == "(" and self._is_cast():
-            self.i = _match(self.toks, self.i, "(", ")", self.end) + 1
-            operand = self.unary()
-            return Node("unary", start, self.i, op="cast", args=[operand])
-        if op in ("sizeof", "alignof", "decltype", "typeid", "new", "delete"):
-            self.i += 1
-            if self.peek() == "(":
+        self._enter()
+        try:
+            start = self.i
+            op = self.peek()
+            if op in ("!", "-", "+", "~", "&", "*", "++", "--") and self.toks[self.i].kind == "op":
+                self.i += 1
+                operand = self.unary()
+                return Node("unary", start, self.i, op=op, args=[operand])
+            if op == "not":
+                self.i += 1
+                operand = self.unary()
+                return Node("unary", start, self.i, op="!", args=[operand])
+            if op == "(" and self._is_cast():
                 self.i = _match(self.toks, self.i, "(", ")", self.end) + 1
-            return Node("unknown", start, self.i)
-        return self.postfix(self.primary())
+                operand = self.unary()
+                return Node("unary", start, self.i, op="cast", args=[operand])
+            if op in ("sizeof", "alignof", "decltype", "typeid", "new", "delete"):
+                self.i += 1
+                if self.peek() == "(":
+                    self.i = _match(self.toks, self.i, "(", ")", self.end) + 1
+                return Node("unknown", start, self.i)
+            return self.postfix(self.primary())
+        finally:
+            self.depth -= 1
 
     def _is_cast(self) -> bool:
         close = _match(self.toks, self.i, "(", ")", self.end)
@@ -576,7 +666,7 @@ class ExprParser:
         """Whether ``<`` after ``name`` opens template arguments rather than a comparison."""
         j = self.i
         depth = 0
-        while j < self.end:
+        while j < min(self.end, self.i + MAX_TEMPLATE_SCAN):
             s = self.toks[j].text
             if s == "<":
                 depth += 1
@@ -607,7 +697,7 @@ class ExprParser:
                 node = Node("member", start, self.i, value=name, op=s, args=[node])
             elif s == "[":
                 close = _match(self.toks, self.i, "[", "]", self.end)
-                inner = ExprParser(self.toks, self.i + 1, close).parse()
+                inner = self._inner(self.i + 1, close)
                 self.i = close + 1
                 node = Node("index", start, self.i, args=[node, inner])
             elif s in ("++", "--"):
@@ -629,7 +719,7 @@ class ExprParser:
                 depth -= 1
             elif s == "," and depth == 0:
                 if j > arg_start:
-                    out.append(ExprParser(self.toks, arg_start, j).parse())
+                    out.append(self._inner(arg_start, j))
                 arg_start = j + 1
             j += 1
         return out
@@ -690,6 +780,7 @@ class Stmt:
 class StmtParser:
     def __init__(self, toks: list[Tok] | tuple[Tok, ...]) -> None:
         self.toks = list(toks)
+        self.depth = 0  # statements being read, nested in each other
 
     def block(self, i: int) -> tuple[Stmt, int]:
         """The block whose '{' is at ``i``; returns it and the index after its '}'."""
@@ -711,6 +802,15 @@ class StmtParser:
         return self.toks[min(max(j - 1, 0), len(self.toks) - 1)].line
 
     def statement(self, i: int, end: int) -> tuple[Stmt, int]:
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise TooDeep(f"statements nested deeper than {MAX_NESTING} at line {self.toks[i].line}")
+            return self._statement(i, end)
+        finally:
+            self.depth -= 1
+
+    def _statement(self, i: int, end: int) -> tuple[Stmt, int]:
         toks = self.toks
         t = toks[i]
         s = t.text

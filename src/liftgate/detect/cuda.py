@@ -11,27 +11,45 @@ Macros defined in headers of the same package reach a file through ``#include "�
 ``#include <…>``; each header's effect is computed once (from a clean state) and merged under
 the conditions in force at the include. A macro that is never defined in the translation
 unit as far as liftgate can see is *unknown* (the build may pass ``-D``), not undefined.
+
+Hostile files are bounded, and the bounds are far above what real packages do: one condition's
+macro expansion (`CONDITION_STEPS`: past it the condition is unknown), one file's preprocessing
+(`FILE_STEPS`: past it the file is a `Skip`), ``#if`` nesting (`MAX_NESTING`: the deeper part is
+not read, and the macros it defines are unknown after it), ``#include`` nesting
+(`MAX_INCLUDE_DEPTH`, the limit gcc enforces too: past it the file is a `Skip`) and the length of a
+directive (`MAX_DIRECTIVE_CHARS`: the condition or macro is unknown). Includes are followed with an
+explicit stack, never by recursion.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import posixpath
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
 from liftgate.arch.core import TOOLKIT_MACROS, ArchSet, universe
-from liftgate.detect.cpp_lex import CONDITIONAL_KEYWORDS, LITERALS, Directive, LexedFile, lex_directives
+from liftgate.detect.cpp_lex import (
+    CONDITIONAL_KEYWORDS,
+    LITERALS,
+    Directive,
+    LexedFile,
+    LexLimit,
+    lex_directives,
+)
 from liftgate.detect.ppexpr import (
+    CONDITION_STEPS,
     UNKNOWN_MACRO,
     UNKNOWN_TOKEN,
+    BudgetExceeded,
     ExprError,
     Lookup,
     MacroDef,
     MacroEntry,
     MacroExpander,
+    StepBudget,
     evaluate,
     parse_define,
     tokenize,
@@ -52,6 +70,19 @@ from liftgate.model import (
 CUDA_EXTENSIONS = frozenset(
     {".cu", ".cuh", ".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx", ".inl", ".c", ".hxx", ".inc"}
 )
+
+# Bounds (see the module docstring), each far above what real packages do. Measured on vLLM,
+# SGLang and FlashInfer (with CUTLASS and CCCL): #if nesting at most 6, #include nesting 73, the
+# costliest file 514,000 steps (a step: a token a condition expands or evaluates, or a unit of
+# bookkeeping per directive), the longest #define 170,000 characters, the longest context 705.
+MAX_NESTING = 2_000
+MAX_INCLUDE_DEPTH = 200  # gcc stops at 200 nested #includes (-fmax-include-depth)
+MAX_DIRECTIVE_CHARS = 1 << 20
+FILE_STEPS = 20_000_000
+_GATE_STEPS = 500  # what one gate costs (at most 40,000 per file; CUTLASS's largest has 737)
+_REGION_STEPS = 20  # what recording one region costs (a file of 16 MB has at most a million)
+_CONTEXT_CHARS = 8_000  # the "defined under …" evidence of a macro: longer contexts are elided
+_SHOWN_CHARS = 300  # a directive's text quoted in a Skip
 
 T, F, U = True, False, None
 Tri = bool | None
@@ -94,7 +125,8 @@ _KIND_CACHE: dict[Vec, Tri] = {}
 # condition's lane vector is a function of the stored states of the names it touches, and those
 # are often the very same objects (nvcc's predefined macros, undefined, unknown) from file to file.
 _EVAL_CACHE: dict[
-    tuple[str, ...], list[tuple[tuple[str, ...], tuple[object, ...], tuple[Vec, frozenset[str], str | None]]]
+    tuple[str, ...],
+    list[tuple[tuple[str, ...], tuple[object, ...], tuple[Vec, frozenset[str], str | None, int]]],
 ] = {}
 _EVAL_CACHE_LIMIT = 50_000
 
@@ -208,6 +240,8 @@ def builtin_macros(cuda_version: tuple[int, int]) -> dict[str, Stored]:
 
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_FIRST_WORD = re.compile(r"[^\s(]+")  # the name a #define defines (its first word, before any '(')
+_BUDGET_NOTE = " (macros that double at each level?); its condition is unknown"
 _CXX_LITERALS = frozenset({"true", "false", "and", "or", "not", "bitand", "bitor", "xor", "compl", "not_eq"})
 
 
@@ -229,6 +263,7 @@ class Branch:
     error: bool = False  # an #error directly in this branch: taking it fails the build
     nested_error: bool = False  # an #error in a conditional inside it
     build_macros: tuple[str, ...] = ()  # macros in the condition that only the build can set
+    region_condition: RegionCondition | None = None  # computed once, shared by every region
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,10 +309,45 @@ class Frame:
     active: Vec
     branches: list[Branch] = field(default_factory=list)
     seen_else: bool = False
+    # What holds from the outermost frame down to this one's current branch, computed once per
+    # branch and shared (a 2,000-deep nest must not rebuild 2,000-long tuples at every directive):
+    # the evidence context, the region conditions, and the (ids, norms) of the enclosing drafts.
+    context: str | None = None
+    conditions: tuple[RegionCondition, ...] | None = None
+    drafts: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+
+    def new_branch(self, branch: Branch) -> None:
+        self.branches.append(branch)
+        self.context = self.conditions = self.drafts = None
 
 
 class Unbalanced(Exception):
     pass
+
+
+class OverBudget(Exception):
+    """A file took more than `FILE_STEPS` steps: its gates are not reported."""
+
+
+def _first_token(text: str) -> str:
+    """The first whitespace-separated word (without splitting the rest of a long directive)."""
+    parts = text.split(None, 1)
+    return parts[0] if parts else ""
+
+
+def _shown(text: str) -> str:
+    """A directive's text for a Skip: long ones are cut (a 14 MB #if must not make a 14 MB reason)."""
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS]}… ({len(text):,} characters)"
+
+
+def _and_context(outer: str, inner: str) -> str:
+    joined = f"{outer} && {inner}" if outer else inner
+    if len(joined) <= _CONTEXT_CHARS:
+        return joined
+    half = _CONTEXT_CHARS // 2
+    return f"{joined[:half]} && … && {joined[-half:]}"
 
 
 HeaderSource = Callable[[str], "LexedFile | None"]
@@ -300,6 +370,7 @@ class Walker:
         version: str | None = None,
         relevant: frozenset[str] | None = None,
         defined_anywhere: frozenset[str] | None = None,
+        record_regions: bool = True,
     ) -> None:
         self.path = path
         self.relevant = relevant
@@ -313,11 +384,9 @@ class Walker:
         self.version = version
         self.builtins = builtin_macros(cuda_version)
         self.table: dict[str, Stored] = {}
-        self.local_names: set[str] = set(
-            d.text.split("(", 1)[0].split()[0]
-            for d in lexed.directives
-            if d.keyword == "define" and d.text.split()
-        )
+        self.local_names: set[str] = {
+            m.group(0) for d in lexed.directives if d.keyword == "define" and (m := _FIRST_WORD.match(d.text))
+        }
         n = lane_count()
         self.n = n
         self.all_true: Vec = (T,) * n
@@ -328,6 +397,23 @@ class Walker:
         # For host-code analysis: after each conditional directive, from which line on the host
         # pass compiles the code (true, false or unknown) and the conditions in force there.
         self.regions: list[Region] = []
+        self.record_regions = record_regions
+        self.steps = 0  # spent against FILE_STEPS
+        # Conditionals nested past MAX_NESTING: how deep inside them the walk is (0: not inside),
+        # where they started, and the macros they may define or undefine (unknown afterwards).
+        self.overflow = 0
+        self.overflow_line = 0
+        self.overflow_names: dict[str, None] = {}
+        self.include_height = 0  # the deepest #include nesting below this file
+
+    def spend(self, steps: int) -> None:
+        """Charge ``steps`` to the file; past FILE_STEPS the file is given up (`OverBudget`)."""
+        self.steps += steps
+        if self.steps > FILE_STEPS:
+            raise OverBudget(
+                f"more than {FILE_STEPS:,} preprocessor steps (macros or conditionals of hostile size?): "
+                "its #if gates are not reported"
+            )
 
     # -- macro state -------------------------------------------------------
     def fallback(self, name: str) -> Stored:
@@ -398,8 +484,11 @@ class Walker:
         key = tuple(tokens)
         for names, objects, cached in _EVAL_CACHE.get(key, ()):
             if all(self.stored(n) is o for n, o in zip(names, objects, strict=True)):
+                self.spend(cached[3])  # what it cost the first time: budgets never depend on the cache
                 return cached[0], set(cached[1]), cached[2]
-        vec, touched, error = self._eval_vec(tokens)
+        budget = StepBudget(CONDITION_STEPS)
+        vec, touched, error = self._eval_vec(tokens, budget)
+        cost = budget.used + len(tokens)
         names = tuple(sorted(touched))
         if len(_EVAL_CACHE) > _EVAL_CACHE_LIMIT:
             _EVAL_CACHE.clear()
@@ -407,10 +496,11 @@ class Walker:
         variants = _EVAL_CACHE.setdefault(key, [])
         if len(variants) >= _EVAL_CACHE_VARIANTS:
             del variants[0]
-        variants.append((names, tuple(self.stored(n) for n in names), (vec, frozenset(touched), error)))
+        variants.append((names, tuple(self.stored(n) for n in names), (vec, frozenset(touched), error, cost)))
+        self.spend(cost)
         return vec, touched, error
 
-    def _eval_vec(self, tokens: list[str]) -> tuple[Vec, set[str], str | None]:
+    def _eval_vec(self, tokens: list[str], budget: StepBudget) -> tuple[Vec, set[str], str | None]:
         results: list[Tri] = [U] * self.n
         varying: list[tuple[MacroEntry, ...]] = []  # lane-varying stored values touched so far
         varying_ids: set[int] = set()
@@ -425,11 +515,15 @@ class Walker:
                     results[lane] = by_key[key]
                     continue
             seen = Lookup()
-            expander = MacroExpander(lambda nm, lane=lane: self.entry(nm, lane), seen)  # type: ignore[misc]
+            expander = MacroExpander(lambda nm, lane=lane: self.entry(nm, lane), seen, budget)  # type: ignore[misc]
             expanded: list[str] = []
             try:
                 expanded = expander.expand(tokens)
+                budget.spend(len(expanded))
                 value = evaluate(expanded)
+            except BudgetExceeded as exc:
+                # Every lane is unknown: a condition this costly is not evaluated in part.
+                return (U,) * self.n, touched | seen.names, f"{exc}{_BUDGET_NOTE}"
             except ExprError as exc:
                 value = U
                 # A malformed result built from macros liftgate cannot see is just unknown.
@@ -464,9 +558,36 @@ class Walker:
         return self.stack[-1].active if self.stack else self.all_true
 
     def run(self) -> None:
+        """Walk the file, asking ``header_export`` for each header it includes.
+
+        `PackageAnalyzer` drives `walk` itself instead, with an explicit stack of includes.
+        """
+        walk = self.walk()
+        try:
+            target = next(walk)
+            while True:
+                target = walk.send(self.header_export(target))
+        except StopIteration:
+            pass
+
+    def walk(self) -> Generator[str, HeaderExport, None]:
+        """Walk the file's directives; yields each header to include and is sent its export."""
         for d in self.lexed.directives:
+            self.spend(1)
             kw = d.keyword
-            if kw in CONDITIONAL_KEYWORDS:
+            if self.overflow:
+                if kw == "include":
+                    target = self._include_target(d.text)
+                    if target is not None:
+                        export = yield target
+                        self.include_height = max(self.include_height, export.height)
+                        self._forget(sorted(n for n in {*export.table, *export.names} if self._relevant(n)))
+                else:
+                    self._overflowed(d)
+            elif kw in CONDITIONAL_KEYWORDS:
+                if kw.startswith("if") and len(self.stack) >= MAX_NESTING:
+                    self._start_overflow(d)
+                    continue
                 self._conditional(d.keyword, d.text, d.line, d.end_line)
                 self._mark_offsets(d)
             elif kw == "else":
@@ -478,17 +599,68 @@ class Walker:
                 if self._relevant(d.text):
                     self._define(d.text, d.line)
             elif kw == "undef":
-                name = d.text.split()[0] if d.text.split() else ""
+                name = _first_token(d.text)
                 if name and self._relevant(name):
                     self._set(name, None, self.active())
             elif kw == "include":
-                self._include(d.text)
+                target = self._include_target(d.text)
+                if target is not None:
+                    self._merge_include((yield target))
             elif kw == "error" and self.stack:
-                self.stack[-1].branches[-1].error = True
-                for frame in self.stack[:-1]:
-                    frame.branches[-1].nested_error = True
-        if self.stack:
-            raise Unbalanced(f"#{'if'} at line {self.stack[-1].line} has no matching #endif")
+                self._error()
+        if self.stack or self.overflow:
+            line = self.overflow_line if self.overflow else self.stack[-1].line
+            raise Unbalanced(f"#{'if'} at line {line} has no matching #endif")
+
+    def _error(self) -> None:
+        self.stack[-1].branches[-1].error = True
+        for frame in self.stack[:-1]:
+            frame.branches[-1].nested_error = True
+
+    # -- conditionals nested past MAX_NESTING ------------------------------------
+    def _start_overflow(self, d: Directive) -> None:
+        """The walk stops following conditionals here, until the matching #endif.
+
+        The region is not host code either (no cpp-runtime gates in it), and every macro it
+        defines, undefines or includes is unknown after it, where the region may be compiled.
+        """
+        self.overflow = 1
+        self.overflow_line = d.line
+        self.skips.append(
+            Skip(
+                f"{self.path}:{d.line}",
+                f"#if nesting deeper than {MAX_NESTING:,} at line {d.line}: gates in it are not reported",
+                self.package,
+            )
+        )
+        if self.record_regions:
+            self.regions.append(Region(d.end_line + 1, False, self._conditions()))
+
+    def _overflowed(self, d: Directive) -> None:
+        kw = d.keyword
+        if kw in CONDITIONAL_KEYWORDS and kw.startswith("if"):
+            self.overflow += 1
+        elif kw == "endif":
+            self.overflow -= 1
+            if not self.overflow:
+                self._forget(list(self.overflow_names))
+                self.overflow_names.clear()
+                self._record_region(d.line + 1)
+        elif kw in ("define", "undef"):
+            name = _FIRST_WORD.match(d.text)
+            if name and self._relevant(name.group(0)):
+                self.overflow_names[name.group(0)] = None
+        elif kw == "error" and self.stack:
+            for frame in self.stack:
+                frame.branches[-1].nested_error = True
+
+    def _forget(self, names: list[str]) -> None:
+        """Macros a region liftgate did not read may have changed: unknown where it may be compiled."""
+        self.spend(len(names))
+        active = self.active()
+        for name in names:
+            self.local_names.add(name)
+            self._set(name, UNKNOWN_MACRO, active)
 
     def _relevant(self, text: str) -> bool:
         """Only macros that some conditional can reach need tracking (see `relevant_macros`)."""
@@ -502,26 +674,31 @@ class Walker:
         branch.offset = d.offset
         branch.body_offset = d.end_offset
 
-    def _condition(self, keyword: str, text: str) -> tuple[Vec, set[str], str | None, list[str]]:
+    def _condition(self, keyword: str, text: str) -> tuple[Vec, set[str], str | None, list[str], str | None]:
+        """(lane values, names touched, why it is malformed, tokens, why it is beyond a bound)."""
         if keyword in ("ifdef", "ifndef", "elifdef", "elifndef"):
-            name = text.split()[0] if text.split() else ""
+            name = _first_token(text)
             if not name:
-                return (U,) * self.n, set(), f"#{keyword} without a macro name", []
+                return (U,) * self.n, set(), f"#{keyword} without a macro name", [], None
             vec = self.defined_vec(name)
             if keyword.endswith("ndef"):
                 vec = _not(vec)
-            return vec, {name}, None, [name]
+            return vec, {name}, None, [name], None
+        if len(text) > MAX_DIRECTIVE_CHARS:
+            why = f"longer than {MAX_DIRECTIVE_CHARS:,} characters ({len(text):,}); its condition is unknown"
+            return (U,) * self.n, set(), why, [], why
         try:
             tokens = tokenize(text)
         except ExprError as exc:
-            return (U,) * self.n, set(), str(exc), []
+            return (U,) * self.n, set(), str(exc), [], None
         if not tokens:
-            return (U,) * self.n, set(), f"#{keyword} with no expression", []
+            return (U,) * self.n, set(), f"#{keyword} with no expression", [], None
         vec, touched, error = self.eval_vec(tokens)
-        return vec, touched, error, tokens
+        bound = error if error is not None and error.endswith(_BUDGET_NOTE) else None
+        return vec, touched, error, tokens, bound
 
     def _conditional(self, keyword: str, text: str, line: int, end_line: int) -> None:
-        vec, touched, error, tokens = self._condition(keyword, text)
+        vec, touched, error, tokens, bound = self._condition(keyword, text)
         if keyword.startswith("if"):
             parent = self.active()
             frame = Frame(line=line, parent=parent, taken=(F,) * self.n, active=parent)
@@ -538,28 +715,71 @@ class Walker:
         frame.active = _and(frame.parent, effective)
         branch = Branch(keyword, text, line, end_line, effective)
         branch.build_macros = tuple(sorted(n for n in touched if self.stored(n) is UNKNOWN_MACRO))
-        frame.branches.append(branch)
-        if error and any(_arch_builtin_name(n) or isinstance(self.stored(n), tuple) for n in touched):
-            self.skips.append(
-                Skip(f"{self.path}:{line}", f"cannot evaluate #{keyword} {text}: {error}", self.package)
-            )
+        frame.new_branch(branch)
+        reason: str | None = None
+        if bound is not None:
+            reason = f"#{keyword} at line {line}: {bound}"
+        elif error and any(_arch_builtin_name(n) or isinstance(self.stored(n), tuple) for n in touched):
+            reason = f"cannot evaluate #{keyword} {_shown(text)}: {_shown(error)}"
+        if reason is not None:
+            self.spend(_GATE_STEPS)  # a Skip is a result too: a file cannot make a million of them
+            self.skips.append(Skip(f"{self.path}:{line}", reason, self.package))
         if self.collect_gates and not _device_uniform(effective) and not _all(frame.parent, F):
             branch.draft = self._draft(keyword, text, tokens, effective, touched)
         self._record_region(end_line + 1)
 
+    def _conditions(self) -> tuple[RegionCondition, ...]:
+        """The conditions in force at the current branch of every open conditional (see Region)."""
+        if not self.stack:
+            return ()
+        top = self.stack[-1]
+        if top.conditions is None:
+            k = len(self.stack) - 1
+            while k > 0 and self.stack[k - 1].conditions is None:
+                k -= 1
+            conditions = self.stack[k - 1].conditions if k > 0 else ()
+            assert conditions is not None
+            for frame in self.stack[k:]:
+                self.spend(2 * len(conditions) + 1)
+                b = frame.branches[-1]
+                if b.draft is not None or b.effective[-1] is not T:
+                    if b.region_condition is None:
+                        b.region_condition = RegionCondition(
+                            _branch_text(b), b.line, b.draft.id if b.draft else None, b.build_macros
+                        )
+                    conditions = (*conditions, b.region_condition)
+                frame.conditions = conditions
+        assert top.conditions is not None
+        return top.conditions
+
     def _record_region(self, line: int) -> None:
-        conditions = tuple(
-            RegionCondition(_branch_text(b), b.line, b.draft.id if b.draft else None, b.build_macros)
-            for f in self.stack
-            for b in f.branches[-1:]
-            if b.draft is not None or b.effective[-1] is not T
-        )
-        self.regions.append(Region(line, self.active()[-1], conditions))
+        if self.record_regions:
+            self.spend(_REGION_STEPS)
+            self.regions.append(Region(line, self.active()[-1], self._conditions()))
+
+    def _enclosing(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(ids, norms) of the drafts of the open conditionals below the top one."""
+        if len(self.stack) < 2:
+            return (), ()
+        below = self.stack[-2]
+        if below.drafts is None:
+            k = len(self.stack) - 2
+            while k > 0 and self.stack[k - 1].drafts is None:
+                k -= 1
+            ids, norms = self.stack[k - 1].drafts if k > 0 else ((), ())  # type: ignore[misc]
+            for frame in self.stack[k:-1]:
+                self.spend(2 * len(ids) + 1)
+                draft = frame.branches[-1].draft
+                if draft is not None:
+                    ids, norms = (*ids, draft.id), (*norms, draft.norm)
+                frame.drafts = (ids, norms)
+        assert below.drafts is not None
+        return below.drafts
 
     def _draft(self, keyword: str, text: str, tokens: list[str], effective: Vec, touched: set[str]) -> _Draft:
         norm = f"#{keyword} " + (" ".join(tokens) if tokens else text)
-        enclosing = [b.draft for f in self.stack[:-1] for b in f.branches[-1:] if b.draft is not None]
-        scope = tuple(d.norm for d in enclosing)
+        enclosing_ids, scope = self._enclosing()
+        self.spend(_GATE_STEPS + len(scope))
         key = (norm, scope)
         occurrence = self.occurrences.get(key, 0)
         self.occurrences[key] = occurrence + 1
@@ -605,7 +825,7 @@ class Walker:
             host=_truth(effective[-1]),
             evidence=tuple(evidence),
             depends_on=tuple(depends),
-            enclosing=tuple(d.id for d in enclosing),
+            enclosing=enclosing_ids,
         )
 
     def _else(self, line: int, end_line: int) -> None:
@@ -615,11 +835,12 @@ class Walker:
         if frame.seen_else:
             raise Unbalanced(f"second #else at line {line}")
         frame.seen_else = True
+        self.spend(len(frame.branches))
         effective = _not(frame.taken)
         frame.taken = (T,) * self.n
         frame.active = _and(frame.parent, effective)
         previous = " || ".join(_branch_text(b) for b in frame.branches)
-        frame.branches.append(Branch("else", f"!({previous})", line, end_line, effective))
+        frame.new_branch(Branch("else", f"!({previous})", line, end_line, effective))
         self._record_region(end_line + 1)
 
     def _endif(self, line: int, offset: int) -> None:
@@ -630,23 +851,28 @@ class Walker:
         if not self.collect_gates:
             return
         branches = frame.branches
-        for k, branch in enumerate(branches):
+        drafted = [k for k, b in enumerate(branches) if b.draft is not None]
+        if not drafted:
+            return
+        # What the branches after each one do, from the last back: an #error in any of them makes
+        # the else kind ERROR, else any code FALLBACK (each branch's region is read once).
+        after: list[ElseKind] = [ElseKind.NONE] * len(branches)
+        kind_after = ElseKind.NONE
+        for j in range(len(branches) - 1, drafted[0], -1):
+            stop = branches[j + 1].offset if j + 1 < len(branches) else offset
+            kind = self._region_kind(branches[j], stop)
+            if kind is ElseKind.ERROR or kind_after is ElseKind.ERROR:
+                kind_after = ElseKind.ERROR
+            elif kind is ElseKind.FALLBACK:
+                kind_after = ElseKind.FALLBACK
+            after[j - 1] = kind_after
+        for k in drafted:
+            branch = branches[k]
             draft = branch.draft
-            if draft is None:
-                continue
+            assert draft is not None
             body_end = (branches[k + 1].line if k + 1 < len(branches) else line) - 1
             then_span = Span(branch.end_line + 1, body_end) if body_end > branch.end_line else None
-            later = branches[k + 1 :]
-            else_span = Span(later[0].line, line) if later else None
-            else_kind = ElseKind.NONE
-            for j, other in enumerate(later, start=k + 1):
-                stop = branches[j + 1].offset if j + 1 < len(branches) else offset
-                kind = self._region_kind(other, stop)
-                if kind is ElseKind.ERROR:
-                    else_kind = ElseKind.ERROR
-                    break
-                if kind is ElseKind.FALLBACK:
-                    else_kind = ElseKind.FALLBACK
+            else_span = Span(branches[k + 1].line, line) if k + 1 < len(branches) else None
             self.gates.append(
                 Gate(
                     id=draft.id,
@@ -660,7 +886,7 @@ class Walker:
                     host=draft.host,
                     then_span=then_span,
                     else_span=else_span,
-                    else_kind=else_kind,
+                    else_kind=after[k],
                     confidence=Confidence.EXACT,
                     evidence=draft.evidence,
                     depends_on=draft.depends_on,
@@ -674,6 +900,7 @@ class Walker:
         any other code is another implementation (fallback); nothing at all is ``none``."""
         if branch.error:
             return ElseKind.ERROR
+        self.spend((stop - branch.body_offset) // 16 + 1)
         code = " ".join(
             ln.strip()
             for ln in self.lexed.code_between(branch.body_offset, stop)
@@ -691,36 +918,68 @@ class Walker:
         return ElseKind.NONE
 
     def _context(self) -> str:
-        """The architecture conditions in force here, for evidence."""
-        return " && ".join(
-            _branch_text(b) for f in self.stack for b in f.branches[-1:] if not _device_uniform(b.effective)
-        )
+        """The architecture conditions in force here, for evidence (long ones are elided)."""
+        if not self.stack:
+            return ""
+        top = self.stack[-1]
+        if top.context is None:
+            k = len(self.stack) - 1
+            while k > 0 and self.stack[k - 1].context is None:
+                k -= 1
+            context = self.stack[k - 1].context if k > 0 else ""
+            assert context is not None
+            for frame in self.stack[k:]:
+                self.spend(len(context) // 64 + 1)
+                b = frame.branches[-1]
+                if not _device_uniform(b.effective):
+                    context = _and_context(context, _branch_text(b))
+                frame.context = context
+        assert top.context is not None
+        return top.context
 
     def _define(self, text: str, line: int) -> None:
         active = self.active()
         if _kind(active) is F:
             return
         try:
-            macro = parse_define(text, self.path, line, self._context())
+            if len(text) > MAX_DIRECTIVE_CHARS:
+                # Its name and parameters are read; its value is unknown.
+                head = re.match(r"[A-Za-z_]\w*(?:\([^)]*\))?", text)
+                if head is None:
+                    return
+                macro = parse_define(head.group(0), self.path, line, self._context())
+                macro = dataclasses.replace(macro, body=(UNKNOWN_TOKEN,))
+                self.skips.append(
+                    Skip(
+                        f"{self.path}:{line}",
+                        f"#define {macro.name} at line {line} is longer than {MAX_DIRECTIVE_CHARS:,} "
+                        "characters; its value is unknown",
+                        self.package,
+                    )
+                )
+            else:
+                self.spend(len(text) // 16 + 1)
+                macro = parse_define(text, self.path, line, self._context())
         except ExprError:
             return
         self._set(macro.name, macro, active)
 
-    def _include(self, text: str) -> None:
-        active = self.active()
-        if _kind(active) is F:
-            return
+    def _include_target(self, text: str) -> str | None:
+        """The package header an #include in force names, if any."""
+        if _kind(self.active()) is F:
+            return None
         text = text.strip()
         if not text or text[0] not in '<"':
-            return  # a computed include; liftgate does not expand those
+            return None  # a computed include; liftgate does not expand those
         close = text.find(">" if text[0] == "<" else '"', 1)
         if close < 0:
-            return
-        name = text[1:close]
-        target = self.resolve_include(self.path, name, text[0] == "<")
-        if target is None:
-            return
-        export = self.header_export(target)
+            return None
+        return self.resolve_include(self.path, text[1:close], text[0] == "<")
+
+    def _merge_include(self, export: HeaderExport) -> None:
+        self.include_height = max(self.include_height, export.height)
+        self.spend(len(export.table) + 1)
+        active = self.active()
         # Every macro the header (or its includes) could define is now known: where it did not
         # define one, the macro is undefined rather than unknown.
         self.local_names.update(export.names)
@@ -764,7 +1023,7 @@ def _recontext(stored: Stored, context: str) -> Stored:
     def one(entry: MacroEntry) -> MacroEntry:
         if not isinstance(entry, MacroDef) or not context:
             return entry
-        joined = f"{context} && {entry.context}" if entry.context else context
+        joined = _and_context(context, entry.context) if entry.context else context
         return MacroDef(entry.name, entry.params, entry.variadic, entry.body, entry.path, entry.line, joined)
 
     return tuple(one(e) for e in stored) if isinstance(stored, tuple) else one(stored)
@@ -772,9 +1031,9 @@ def _recontext(stored: Stored, context: str) -> Stored:
 
 def _branch_text(branch: Branch) -> str:
     if branch.keyword in ("ifdef", "elifdef"):
-        return f"defined({branch.text.split()[0]})"
+        return f"defined({_first_token(branch.text)})"
     if branch.keyword in ("ifndef", "elifndef"):
-        return f"!defined({branch.text.split()[0]})"
+        return f"!defined({_first_token(branch.text)})"
     if branch.keyword == "else":
         return branch.text
     return f"({' '.join(branch.text.split())})"
@@ -782,10 +1041,16 @@ def _branch_text(branch: Branch) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HeaderExport:
-    """What including a header does: the macro states it leaves, and every macro it could define."""
+    """What including a header does: the macro states it leaves, and every macro it could define.
+
+    ``height`` is how deep its own includes nest (1: it includes nothing of the package);
+    ``problem`` says why it could not be read (too costly), which makes its includers `Skip`s.
+    """
 
     table: dict[str, Stored]
     names: frozenset[str]
+    height: int = 1
+    problem: str | None = None
 
 
 @dataclass
@@ -794,6 +1059,7 @@ class FileAnalysis:
     skips: list[Skip]
     derived: frozenset[str]
     regions: list[Region] = field(default_factory=list)
+    steps: int = 0  # what the file's own walk cost (its headers each have their own budget)
 
 
 def relevant_macros(
@@ -858,11 +1124,15 @@ def host_regions(path: str, text: str, cuda_version: tuple[int, int]) -> list[Re
 
     Enough to drop device-only code (``#ifdef __CUDA_ARCH__``) and ``#if 0`` from host-code
     analysis; macros from headers stay unknown, so their regions count as maybe-compiled.
-    None when the conditionals do not balance.
+    None when the conditionals do not balance, or the file is beyond `FILE_STEPS`.
     """
+    try:
+        lexed = lex_directives(text)
+    except LexLimit:
+        return None
     walker = Walker(
         path,
-        lex_directives(text),
+        lexed,
         cuda_version=cuda_version,
         resolve_include=lambda _including, _name, _angle: None,
         header_export=lambda _path: HeaderExport({}, frozenset()),
@@ -870,9 +1140,19 @@ def host_regions(path: str, text: str, cuda_version: tuple[int, int]) -> list[Re
     )
     try:
         walker.run()
-    except Unbalanced:
+    except (Unbalanced, OverBudget):
         return None
     return walker.regions
+
+
+_NOT_COMPILED = [Region(1, False, ())]  # the regions of a file whose gates are not reported
+
+
+def _too_deep(path: str, target: str) -> str:
+    return (
+        f"#include nesting deeper than {MAX_INCLUDE_DEPTH} (through {target}); a compiler stops there "
+        "too: its #if gates are not reported"
+    )
 
 
 class PackageAnalyzer:
@@ -902,7 +1182,10 @@ class PackageAnalyzer:
     def lexed(self, path: str) -> LexedFile | None:
         if path not in self._lexed:
             text = self.read_text(path)
-            self._lexed[path] = None if text is None else lex_directives(text)
+            try:
+                self._lexed[path] = None if text is None else lex_directives(text)
+            except LexLimit:  # read as unreadable: what it defines is unknown to its includers
+                self._lexed[path] = None
         return self._lexed[path]
 
     def export(self, path: str) -> HeaderExport:
@@ -912,24 +1195,83 @@ class PackageAnalyzer:
         processed contributes what it has defined so far (its guard stops the rest). The
         memoised result is therefore exact for acyclic includes and close for cyclic ones.
         """
+        known = self._known_export(path)
+        if known is not None:
+            return known
+        lexed = self.lexed(path)
+        assert lexed is not None
+        walker = self._walker(path, lexed, collect_gates=False)
+        problem = self._drive(path, walker, header=True)
+        return self._exports.get(path) or HeaderExport({}, frozenset(), walker.include_height + 1, problem)
+
+    def _known_export(self, path: str) -> HeaderExport | None:
+        """A header's export without walking it: memoised, in progress (a cycle), or unreadable."""
         if path in self._exports:
             return self._exports[path]
         if path in self._in_progress:
             partial = self._in_progress[path]
-            return HeaderExport(dict(partial.table), frozenset(partial.local_names))
-        lexed = self.lexed(path)
-        if lexed is None:
+            return HeaderExport(dict(partial.table), frozenset(partial.local_names), 1)
+        if self.lexed(path) is None:
             self._exports[path] = HeaderExport({}, frozenset())
             return self._exports[path]
-        walker = self._walker(path, lexed, collect_gates=False)
+        return None
+
+    def _drive(self, path: str, walker: Walker, header: bool) -> str | None:
+        """Walk ``path`` and, depth first, every header it includes: an explicit stack, no recursion.
+
+        A header's export is memoised when its walk is complete. Returns why the file cannot be
+        read, if it cannot: its includes nest deeper than MAX_INCLUDE_DEPTH (whether a file is
+        within the limit is decided from exact heights, so it never depends on which file was
+        analysed first), or a header of it is beyond FILE_STEPS. An unbalanced header exports
+        what it has; the file's own `Unbalanced` and `OverBudget` propagate.
+        """
+        stack: list[tuple[str, Walker, Generator[str, HeaderExport, None]]] = [(path, walker, walker.walk())]
         self._in_progress[path] = walker
+        reply: HeaderExport | None = None
         try:
-            with contextlib.suppress(Unbalanced):
-                walker.run()
+            while stack:
+                top_path, top, walk = stack[-1]
+                try:
+                    target = walk.send(reply) if reply is not None else next(walk)
+                except StopIteration:
+                    target = None
+                except Unbalanced:
+                    if len(stack) == 1 and not header:
+                        raise
+                    target = None  # a header that does not balance exports what it has
+                except OverBudget as exc:
+                    if len(stack) == 1 and not header:
+                        raise
+                    # Memoised: a header this costly makes every file that includes it a Skip.
+                    self._exports[top_path] = HeaderExport({}, frozenset(), 1, str(exc))
+                    return f"its include {top_path} has {exc}"
+                if target is None:  # the file on top is done
+                    del self._in_progress[top_path]
+                    stack.pop()
+                    reply = HeaderExport(top.table, frozenset(top.local_names), top.include_height + 1)
+                    if stack or header:
+                        self._exports[top_path] = reply
+                    continue
+                depth = len(stack)  # of the header named, below the file at the bottom of the stack
+                reply = self._known_export(target)
+                if reply is not None and reply.problem is not None:
+                    return f"its include {target} has {reply.problem}"
+                if reply is not None:
+                    if depth - 1 + reply.height > MAX_INCLUDE_DEPTH:
+                        return _too_deep(path, target)
+                    continue
+                if depth > MAX_INCLUDE_DEPTH:
+                    return _too_deep(path, target)
+                lexed = self.lexed(target)
+                assert lexed is not None
+                header_walker = self._walker(target, lexed, collect_gates=False)
+                self._in_progress[target] = header_walker
+                stack.append((target, header_walker, header_walker.walk()))
+            return None
         finally:
-            del self._in_progress[path]
-        self._exports[path] = HeaderExport(walker.table, frozenset(walker.local_names))
-        return self._exports[path]
+            for unfinished, _, walk in stack:
+                walk.close()
+                self._in_progress.pop(unfinished, None)
 
     def _walker(self, path: str, lexed: LexedFile, collect_gates: bool) -> Walker:
         return Walker(
@@ -943,24 +1285,35 @@ class PackageAnalyzer:
             version=self.version,
             relevant=self.relevant,
             defined_anywhere=self.defined_anywhere,
+            record_regions=collect_gates,
         )
 
     def analyze(self, path: str, text: str) -> FileAnalysis:
-        lexed = lex_directives(text)
+        try:
+            lexed = lex_directives(text)
+        except LexLimit as exc:
+            reason = f"cannot be lexed ({exc}): its #if gates are not reported"
+            return FileAnalysis([], [Skip(path, reason, self.package)], frozenset(), _NOT_COMPILED)
         self._lexed.setdefault(path, lexed)
         walker = self._walker(path, lexed, collect_gates=True)
-        self._in_progress[path] = walker
         try:
-            walker.run()
+            problem = self._drive(path, walker, header=False)
         except Unbalanced as exc:
             return FileAnalysis(
-                [], [Skip(path, f"unbalanced conditionals: {exc}", self.package)], frozenset()
+                [],
+                [Skip(path, f"unbalanced conditionals: {exc}", self.package)],
+                frozenset(),
+                steps=walker.steps,
             )
-        finally:
-            del self._in_progress[path]
+        except OverBudget as exc:
+            problem = str(exc)
+        if problem is not None:
+            return FileAnalysis(
+                [], [Skip(path, problem, self.package)], frozenset(), _NOT_COMPILED, walker.steps
+            )
         derived = frozenset(
             name
             for name, stored in walker.table.items()
             if isinstance(stored, tuple) and any(isinstance(e, MacroDef) and e.path == path for e in stored)
         )
-        return FileAnalysis(walker.gates, walker.skips, derived, walker.regions)
+        return FileAnalysis(walker.gates, walker.skips, derived, walker.regions, walker.steps)

@@ -6,6 +6,11 @@ compilation pass (object- and function-like macros, ``#``/``##``, ``defined``), 
 gcc/nvcc do — except that any operand may be *unknown* (a macro the build sets and liftgate
 cannot see), in which case the result is unknown unless the operator makes it irrelevant
 (``0 && x``, ``1 || x``).
+
+Hostile input is bounded, never a crash: macro expansion spends steps from a `StepBudget`
+(`CONDITION_STEPS` for one condition), the parser stops at `EXPRESSION_DEPTH` levels of nesting,
+and an integer literal too long for 64 bits is rejected before it is converted. Each of these is
+an `ExprError`, so the condition is unknown.
 """
 
 from __future__ import annotations
@@ -30,10 +35,49 @@ _TOKEN = re.compile(
 
 UNKNOWN_TOKEN = "\x00?"  # placeholder for a value liftgate cannot know
 MASK64 = (1 << 64) - 1
+# Macro expansion steps (tokens visited and substituted) for one condition, every lane together.
+# Real conditions take 25,000 at most (CCCL's cuda_capabilities.h, over all lanes); a macro that
+# doubles at each level reaches the limit at about 16 levels.
+CONDITION_STEPS = 1_000_000
+# Parser levels (each parenthesis, unary operator, ?: and operator precedence level is a few).
+# Real conditions nest under 40; the bound keeps the parser well inside Python's recursion limit.
+EXPRESSION_DEPTH = 400
+_SHOWN_TOKEN = 40  # characters of a token quoted in an error message
 
 
 class ExprError(Exception):
-    """A malformed expression (what a compiler would reject)."""
+    """A malformed expression (what a compiler would reject), or one beyond liftgate's bounds."""
+
+
+class BudgetExceeded(ExprError):
+    """Macro expansion ran past its `StepBudget`: the condition's value is unknown."""
+
+
+class StepBudget:
+    """Steps one computation may take; spending past ``limit`` raises `BudgetExceeded`.
+
+    Steps, not time, so that what is evaluated (and what is unknown) is the same on every machine.
+    """
+
+    __slots__ = ("limit", "used", "what")
+
+    def __init__(self, limit: int, what: str = "macro expansion") -> None:
+        self.limit = limit
+        self.used = 0
+        self.what = what
+
+    def spend(self, steps: int) -> None:
+        self.used += steps
+        if self.used > self.limit:
+            raise BudgetExceeded(f"{self.what} exceeds {self.limit:,} steps")
+
+
+def shown_token(tok: str, quote: bool = True) -> str:
+    """A token for an error message: long ones (a 5,000-digit literal) are shortened."""
+    if len(tok) <= _SHOWN_TOKEN:
+        return repr(tok) if quote else tok
+    short = tok[: _SHOWN_TOKEN // 2] + "…" + tok[-8:]
+    return (repr(short) if quote else short) + f" ({len(tok):,} characters)"
 
 
 def tokenize(text: str) -> list[str]:
@@ -127,10 +171,16 @@ class MacroExpander:
     UNKNOWN_MACRO. ``defined X`` on an unknown macro yields an unknown value.
     """
 
-    def __init__(self, lookup: Callable[[str], MacroEntry], seen: Lookup | None = None) -> None:
+    def __init__(
+        self,
+        lookup: Callable[[str], MacroEntry],
+        seen: Lookup | None = None,
+        budget: StepBudget | None = None,
+    ) -> None:
         self._lookup = lookup
         self.seen = seen if seen is not None else Lookup()
         self._depth = 0
+        self.budget = budget if budget is not None else StepBudget(CONDITION_STEPS)
 
     def entry(self, name: str) -> MacroEntry:
         self.seen.names.add(name)
@@ -146,9 +196,10 @@ class MacroExpander:
             self._depth -= 1
 
     def _expand(self, tokens: Sequence[str], hide: frozenset[str]) -> list[str]:
+        n = len(tokens)
+        self.budget.spend(n + 1)
         out: list[str] = []
         i = 0
-        n = len(tokens)
         while i < n:
             tok = tokens[i]
             if not is_ident(tok):
@@ -250,6 +301,7 @@ class MacroExpander:
             raise ExprError(f"macro {macro.name} expects {len(params)} arguments, got {len(args)}")
         index = {p: k for k, p in enumerate(params)}
         body = macro.body
+        self.budget.spend(len(body) + sum(len(a) for a in args))
         out: list[str] = []
         k = 0
         while k < len(body):
@@ -320,27 +372,40 @@ def _paste(tokens: list[str]) -> list[str]:
 Value = tuple[int, bool] | None
 
 
+# The most significant digits a 64-bit value can have, per base: longer literals are rejected
+# before conversion (a 5,000-digit decimal literal is past Python's int-from-string limit).
+_MAX_DIGITS = {16: 16, 2: 64, 8: 22, 10: 20}
+
+
 def _parse_number(tok: str) -> tuple[int, bool]:
     text = tok.replace("'", "")
     m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9]\d*)([uU]?(?:ll|LL|l|L)?[uU]?)", text)
     if m is None:
-        raise ExprError(f"invalid integer constant {tok!r} in a preprocessor expression")
+        raise ExprError(f"invalid integer constant {shown_token(tok)} in a preprocessor expression")
     digits, suffix = m.group(1), m.group(2)
-    if digits[:2] in ("0x", "0X"):
-        value = int(digits[2:], 16)
-    elif digits[:2] in ("0b", "0B"):
-        value = int(digits[2:], 2)
+    if digits[:2] in ("0x", "0X", "0b", "0B"):
+        base, body = (16 if digits[1] in "xX" else 2), digits[2:]
     elif digits.startswith("0") and len(digits) > 1:
-        value = int(digits, 8)
+        base, body = 8, digits
     else:
-        value = int(digits)
+        base, body = 10, digits
+    if len(body.lstrip("0")) > _MAX_DIGITS[base]:
+        raise ExprError(f"integer constant {shown_token(tok)} is too large")
+    value = int(body, base) if body else 0
     unsigned = "u" in suffix.lower() or value > (1 << 63) - 1
     if value > MASK64:
-        raise ExprError(f"integer constant {tok!r} is too large")
+        raise ExprError(f"integer constant {shown_token(tok)} is too large")
     return value, unsigned
 
 
 def _char_value(tok: str) -> tuple[int, bool]:
+    try:
+        return _char_value_of(tok)
+    except (ValueError, IndexError):  # '\9', '\x' or '\xZZ': what a compiler rejects too
+        raise ExprError(f"invalid character constant {shown_token(tok)}") from None
+
+
+def _char_value_of(tok: str) -> tuple[int, bool]:
     body = tok[tok.index("'") + 1 : -1]
     if body.startswith("\\"):
         simple = {
@@ -359,12 +424,16 @@ def _char_value(tok: str) -> tuple[int, bool]:
         if body[1:] in simple:
             return simple[body[1:]], False
         if body[1] == "x":
-            return int(body[2:], 16), False
-        if body[1:].isdigit():
-            return int(body[1:], 8), False
-        raise ExprError(f"unsupported character constant {tok}")
+            value = int(body[2:], 16)
+        elif body[1:].isdigit():
+            value = int(body[1:], 8)
+        else:
+            raise ExprError(f"unsupported character constant {shown_token(tok, quote=False)}")
+        if value > MASK64:
+            raise ExprError(f"character constant {shown_token(tok, quote=False)} is too large")
+        return value, False
     if len(body) != 1:
-        raise ExprError(f"multi-character constant {tok}")
+        raise ExprError(f"multi-character constant {shown_token(tok, quote=False)}")
     return ord(body), False
 
 
@@ -409,11 +478,18 @@ class _Parser:
         # decided ``&&``/``||``/``?:``) or None (decided by an unknown value). A compiler only
         # rejects a division by zero that is evaluated: ``defined(X) && 100 / X`` is fine.
         self.evaluated: bool | None = True
+        self.depth = 0  # parser calls in progress (see EXPRESSION_DEPTH)
+
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > EXPRESSION_DEPTH:
+            raise ExprError(f"expression nested deeper than {EXPRESSION_DEPTH} levels")
 
     def operand(
         self, parse: Callable[[], Value], guard: Value, evaluated_when: Callable[[int], bool]
     ) -> Value:
         """Parse one operand whose evaluation depends on ``guard``'s value."""
+        self._enter()
         outer = self.evaluated
         if outer is not False:
             self.evaluated = None if guard is None else (outer if evaluated_when(guard[0]) else False)
@@ -421,6 +497,7 @@ class _Parser:
             return parse()
         finally:
             self.evaluated = outer
+            self.depth -= 1
 
     def peek(self) -> str | None:
         return self.toks[self.pos] if self.pos < len(self.toks) else None
@@ -435,30 +512,38 @@ class _Parser:
     def expect(self, tok: str) -> None:
         got = self.take()
         if got != tok:
-            raise ExprError(f"expected {tok!r}, found {got!r}")
+            raise ExprError(f"expected {shown_token(tok)}, found {shown_token(got)}")
 
     def parse(self) -> Value:
         value = self.comma()
         if self.pos != len(self.toks):
-            raise ExprError(f"unexpected {self.toks[self.pos]!r} in expression")
+            raise ExprError(f"unexpected {shown_token(self.toks[self.pos])} in expression")
         return value
 
     def comma(self) -> Value:
         """``a, b``: gcc accepts the comma operator in ``#if``; the value and type are ``b``'s."""
-        value = self.conditional()
-        while self.peek() == ",":
-            self.take()
+        self._enter()
+        try:
             value = self.conditional()
-        return value
+            while self.peek() == ",":
+                self.take()
+                value = self.conditional()
+            return value
+        finally:
+            self.depth -= 1
 
     def conditional(self) -> Value:
-        cond = self.binary(0)
-        if self.peek() != "?":
-            return cond
-        self.take()
-        then = self.operand(self.comma, cond, lambda c: c != 0)  # C: ``e ? expression : e``
-        self.expect(":")
-        other = self.operand(self.conditional, cond, lambda c: c == 0)
+        self._enter()
+        try:
+            cond = self.binary(0)
+            if self.peek() != "?":
+                return cond
+            self.take()
+            then = self.operand(self.comma, cond, lambda c: c != 0)  # C: ``e ? expression : e``
+            self.expect(":")
+            other = self.operand(self.conditional, cond, lambda c: c == 0)
+        finally:
+            self.depth -= 1
         unsigned = bool(then and then[1]) or bool(other and other[1])
         if cond is None:
             if then is not None and other is not None and then[0] == other[0]:
@@ -470,25 +555,33 @@ class _Parser:
     _PREC: ClassVar[dict[str, int]] = BINARY_PRECEDENCE
 
     def binary(self, min_prec: int) -> Value:
-        left = self.unary()
-        while True:
-            op = self.peek()
-            prec = self._PREC.get(op or "")
-            if op is None or prec is None or prec < min_prec:
-                return left
-            self.take()
-            if op == "&&":
-                right = self.operand(partial(self.binary, prec + 1), left, lambda v: v != 0)
-            elif op == "||":
-                right = self.operand(partial(self.binary, prec + 1), left, lambda v: v == 0)
-            else:
-                right = self.binary(prec + 1)
-            left = _apply(op, left, right, self.evaluated)
+        self._enter()
+        try:
+            left = self.unary()
+            while True:
+                op = self.peek()
+                prec = self._PREC.get(op or "")
+                if op is None or prec is None or prec < min_prec:
+                    return left
+                self.take()
+                if op == "&&":
+                    right = self.operand(partial(self.binary, prec + 1), left, lambda v: v != 0)
+                elif op == "||":
+                    right = self.operand(partial(self.binary, prec + 1), left, lambda v: v == 0)
+                else:
+                    right = self.binary(prec + 1)
+                left = _apply(op, left, right, self.evaluated)
+        finally:
+            self.depth -= 1
 
     def unary(self) -> Value:
         tok = self.take()
         if tok in ("+", "-", "!", "~"):
-            v = self.unary()
+            self._enter()
+            try:
+                v = self.unary()
+            finally:
+                self.depth -= 1
             if tok == "!":
                 return None if v is None else (int(v[0] == 0), False)
             if v is None:
@@ -499,7 +592,11 @@ class _Parser:
                 return _norm(~v[0], v[1])
             return v
         if tok == "(":
-            v = self.comma()
+            self._enter()
+            try:
+                v = self.comma()
+            finally:
+                self.depth -= 1
             self.expect(")")
             return v
         if tok == UNKNOWN_TOKEN:
@@ -514,9 +611,9 @@ class _Parser:
             if tok == "false":
                 return (0, False)
             if self.peek() == "(":
-                raise ExprError(f"function-like macro {tok!r} is not defined")
+                raise ExprError(f"function-like macro {shown_token(tok)} is not defined")
             return None if self.unknown_ident(tok) else (0, False)
-        raise ExprError(f"unexpected {tok!r} in expression")
+        raise ExprError(f"unexpected {shown_token(tok)} in expression")
 
 
 def _apply(op: str, a: Value, b: Value, evaluated: bool | None = True) -> Value:

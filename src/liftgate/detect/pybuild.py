@@ -130,6 +130,9 @@ _BUILD_CALLEES = {
 }
 _TORCH_LOADERS = frozenset({"load", "load_inline"})
 _MAX_LISTED_SOURCES = 6
+# A group of flags (one list, one string) with more tokens is a Skip, not a gate with as many
+# pieces of evidence: real builds pass a few dozen (FlashInfer's longest list has 40).
+MAX_FLAG_TOKENS = 10_000
 # Calls that look at a flag list rather than build with it.
 _INSPECTING_CALLEES = frozenset(
     {"len", "print", "list", "tuple", "set", "sorted", "any", "all", "str", "repr"}
@@ -659,7 +662,7 @@ class _FileScan:
                 flag_groups.append((node, group))
         elif isinstance(node, (ast.Constant, ast.JoinedStr)) and self._is_lone_string(node):
             tokens = _tokens_of(node)
-            if tokens:
+            if tokens and not self._too_many_flags(node, len(tokens)):
                 group = _scan_flags([(tokens, node.lineno)])
                 if group.codes or group.computed:
                     flag_groups.append((node, group))
@@ -1169,17 +1172,33 @@ class _FileScan:
 
     # -- arch flags
 
+    def _too_many_flags(self, node: ast.AST, count: int) -> bool:
+        """A flag group past MAX_FLAG_TOKENS is recorded as a Skip (True) and not read."""
+        if count <= MAX_FLAG_TOKENS:
+            return False
+        line = getattr(node, "lineno", 0)
+        self.skips.append(
+            Skip(
+                f"{self.path}:{line}",
+                f"{count:,} flags at line {line}, more than {MAX_FLAG_TOKENS:,}: not read",
+                self.package,
+            )
+        )
+        return True
+
     def _flag_group(self, node: ast.List | ast.Tuple | ast.Set) -> _FlagScan | None:
         elements: list[tuple[list[str], int] | None] = []
         any_string = False
+        count = 0
         for element in node.elts:
             tokens = _tokens_of(element)
             if tokens is None:
                 elements.append(None)
             else:
                 any_string = True
+                count += len(tokens)
                 elements.append((tokens, element.lineno))
-        if not any_string:
+        if not any_string or self._too_many_flags(node, count):
             return None
         scan = _scan_flags(elements)
         return scan if scan.codes or scan.computed else None

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from liftgate.arch.core import ArchSet
 from liftgate.detect.pyvalues import (
     AV,
+    MAX_INT_BITS,
     MAX_SET,
     NONE,
     TOP,
@@ -92,6 +93,10 @@ def runtime_prefilter(data: bytes) -> bool:
 
 MAX_PY_FILE_SIZE = 4 * 1024 * 1024
 _MAX_CALL_DEPTH = 8
+# Expressions being evaluated inside each other, callees included: a deeper one is "anything".
+# Real code nests expressions ~20 deep; the bound keeps the walk well inside the recursion limit
+# `PythonAnalyzer.analyze` sets (6,000), each level costing about three Python frames.
+_MAX_EVAL_NESTING = 1_000
 _INITIALIZER = re.compile(r"__init__|__post_init__|_?init|_?setup|_?initialize|_?build|_?configure|_?load")
 # Expression evaluations allowed for one function's walk, callees included (they are memoized).
 _STEP_BUDGET = 50_000
@@ -413,6 +418,8 @@ class Interpreter:
         self._self_indexes: dict[int, dict[str, list[tuple[str, ast.Assign | ast.AnnAssign]]]] = {}
         self._self_values: dict[tuple[str, int, str], AV] = {}
         self._steps = 0
+        self._nesting = 0  # evaluations in progress (see _MAX_EVAL_NESTING)
+        self.too_deep: dict[str, None] = {}  # modules with an expression nested past the bound
         self.deferred: list[
             tuple[ast.FunctionDef | ast.AsyncFunctionDef, _Frame, tuple[str, ...], ClassRef | None]
         ] = []
@@ -581,13 +588,21 @@ class Interpreter:
         method = getattr(self, f"_eval_{type(node).__name__}", None)
         if method is None:
             return TOP
+        if self._nesting >= _MAX_EVAL_NESTING:
+            self.too_deep[frame.module.path] = None
+            return TOP
+        self._nesting += 1
         try:
             result: AV = method(node, frame)
         except (Unsupported, _Terminated):
             return TOP
+        finally:
+            self._nesting -= 1
         return result
 
     def _eval_Constant(self, node: ast.Constant, frame: _Frame) -> AV:
+        if isinstance(node.value, int) and node.value.bit_length() > MAX_INT_BITS:
+            return TOP  # a literal too large to follow (a 0x… of a million digits)
         return const(node.value)
 
     def _eval_Name(self, node: ast.Name, frame: _Frame) -> AV:
@@ -2164,6 +2179,10 @@ class PythonAnalyzer:
         self._loadable: set[str] = set()
         self.interpreter = Interpreter(self._load, self._sources)
 
+    def source(self, name: str) -> PySource:
+        """The source a module name stands for."""
+        return self._sources[name]
+
     def _bytes(self, name: str) -> bytes | None:
         if name not in self._data:
             self._data[name] = self._sources[name].read()
@@ -2278,11 +2297,19 @@ class PythonAnalyzer:
                     sinks.append(sink)
                     try:
                         self.interpreter.function_gate_walk(module, sink)
-                    except RecursionError:
+                    except RecursionError:  # a last resort: evaluation depth is bounded
                         self.skips.append(
                             Skip(
                                 module.path,
                                 "too deeply nested to analyse; some gates may be missing",
+                                module.package,
+                            )
+                        )
+                    except Exception as exc:  # a bug: this module's gates are lost, not the others'
+                        self.skips.append(
+                            Skip(
+                                module.path,
+                                f"not analysed ({type(exc).__name__}: {str(exc)[:200]}); gates in it are not reported",
                                 module.package,
                             )
                         )
@@ -2307,6 +2334,16 @@ class PythonAnalyzer:
             sys.setrecursionlimit(limit)
             if gc_was_enabled:
                 gc.enable()
+        for path in self.interpreter.too_deep:
+            package = next((src.package for src in self._sources.values() if src.path == path), None)
+            self.skips.append(
+                Skip(
+                    path,
+                    f"expressions nested deeper than {_MAX_EVAL_NESTING:,} levels were not followed; "
+                    "some gates may be missing",
+                    package,
+                )
+            )
         gates = [gate for sink in sinks for gate in sink.gates]
         gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
         return gates

@@ -31,6 +31,13 @@ from liftgate.model import Evidence
 MAX_SET = 48
 MAX_PRODUCT = 256
 MAX_TRAIL = 14
+# Plain data is bounded like the lane sets: an int of more bits, or a string or tuple longer than
+# this, is "anything" (a capability check computes with small numbers; ``a = a * a`` repeated
+# forty times must not compute a 2**40-bit integer). Results are checked, and the operations that
+# can grow a value beyond its inputs (``*``, ``**``, ``<<``, ``str.replace``, ``str.join``,
+# ``str.format``) are checked before they run.
+MAX_INT_BITS = 4096
+MAX_LEN = 1 << 20
 
 
 class _Marker:
@@ -182,7 +189,7 @@ def lift(fn: Callable[..., object], *args: AV) -> AV:
                 top = True
                 break
             try:
-                out.add(fn(*combo))
+                out.add(bounded(fn(*combo)))
             except Unsupported:
                 top = True
                 break
@@ -196,6 +203,16 @@ def lift(fn: Callable[..., object], *args: AV) -> AV:
             except TypeError:
                 sets.append(TOP_SET)
     return combine(args, sets)
+
+
+def bounded(value: object) -> object:
+    """``value`` itself, or Unsupported when it is plain data beyond MAX_INT_BITS or MAX_LEN."""
+    if isinstance(value, int):
+        if value.bit_length() > MAX_INT_BITS:
+            raise Unsupported("an integer too large to follow")
+    elif isinstance(value, (str, tuple)) and len(value) > MAX_LEN:
+        raise Unsupported("a value too long to follow")
+    return value
 
 
 class Truth3:
@@ -510,11 +527,22 @@ def safe_binop(op: str, a: object, b: object) -> object:
             raise Unsupported(op)
         if op != "Mult" and abs(b) > 64:
             raise Unsupported(op)
+        if isinstance(a, int) and isinstance(b, int) and _grown_bits(op, a, b) > MAX_INT_BITS + 1:
+            raise Unsupported(f"{op}: an integer too large to follow")
     if op == "Add" and isinstance(a, (str, tuple)) and len(a) + len(b) > 4096:  # type: ignore[arg-type]
         raise Unsupported(op)
     if op == "Mod" and isinstance(a, str):
         raise Unsupported(op)  # %-formatting: not modelled
-    return fn(a, b)
+    return bounded(fn(a, b))
+
+
+def _grown_bits(op: str, a: int, b: int) -> int:
+    """An upper bound of the bits of ``a op b`` for the operations that grow an integer."""
+    if op == "Mult":
+        return a.bit_length() + b.bit_length()
+    if op == "Pow":
+        return a.bit_length() * max(b, 0) if abs(a) > 1 else 1
+    return a.bit_length() + max(b, 0)  # LShift
 
 
 CMPOPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -608,11 +636,29 @@ def call_concrete_method(
     if kind in ("str", "tuple"):
         if any(isinstance(a, (Opaque, _Marker)) for a in (*args, *kwargs.values())):
             raise Unsupported(method)
+        if isinstance(receiver, str) and _grows_beyond_bounds(method, receiver, args):
+            raise Unsupported(f"str.{method}: a string too long to follow")
         result = getattr(receiver, method)(*args, **kwargs)
         if isinstance(result, list):
             return tuple(result)
         return result
     raise Unsupported(name)
+
+
+_LONG_FORMAT_FIELD = re.compile(r"\{[^{}]*\d{5,}")  # "{:>100000000}": a width of ten thousand or more
+
+
+def _grows_beyond_bounds(method: str, receiver: str, args: tuple[object, ...]) -> bool:
+    """Whether a string method could build a result beyond MAX_LEN (checked before it runs)."""
+    if method == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        count = len(receiver) + 1 if not args[0] else receiver.count(args[0])
+        return len(receiver) + count * max(len(args[1]) - len(args[0]), 0) > MAX_LEN
+    if method == "join" and args and isinstance(args[0], (tuple, frozenset)):
+        items = args[0]
+        return sum(len(i) if isinstance(i, str) else 0 for i in items) + len(receiver) * len(items) > MAX_LEN
+    if method == "format":
+        return _LONG_FORMAT_FIELD.search(receiver) is not None
+    return False
 
 
 def freeze(value: object) -> object:

@@ -13,6 +13,11 @@ The result says which catalog features the PTX holds: a header whose templates n
 instantiates yields no code, and then "it assembles" says nothing about the region, which the
 notes state plainly. Includes from outside the package (``<tvm/ffi/…>``, ``<torch/…>``) are
 ``not-checked`` with the missing name, unless ``include_dirs`` supplies them.
+
+Only regular files are laid out or read (never a device, a FIFO, a socket, nor anything under
+``/proc``, ``/sys`` or ``/dev``), and a unit whose includes name such a file (``#include
+"/dev/zero"``, a ``../`` path that leads there, or a macro defined as one) is ``not-checked``:
+nvcc would block on it or read without end. nvcc and ptxas get no standard input.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import posixpath
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -39,6 +45,15 @@ MAX_DIAGNOSTICS = 12
 DEFAULT_TIMEOUT_S = 600.0
 
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+# Every include, for the safety check: quoted, angled, or computed (``#include NAME``).
+_ANY_INCLUDE = re.compile(
+    rb'^[ \t]*#[ \t]*include(?:_next)?[ \t]*(?:([<"])([^>"\n]+)[>"]|([A-Za-z_]\w*))', re.M
+)
+_STRING_DEFINE = re.compile(
+    rb'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(?:"([^"\n]*)"|<([^>\n]*)>)', re.M
+)
+_SPECIAL_TREES = ("/proc", "/sys", "/dev")
+_SYSTEM_INCLUDE_DIRS = ("/usr/include", "/usr/local/include")
 _MISSING = re.compile(
     r"fatal error: ([^:\n]+): No such file or directory|cannot open source file \"([^\"]+)\""
 )
@@ -76,12 +91,52 @@ def find_nvcc() -> str | None:
     return None
 
 
-def _read(fspath: str) -> bytes | None:
+def regular_file(fspath: str) -> str | None:
+    """The real path of ``fspath`` if it is a regular file outside /proc, /sys and /dev, else None."""
     try:
-        with open(fspath, "rb") as fh:
+        real = os.path.realpath(fspath)
+        if any(real == tree or real.startswith(tree + "/") for tree in _SPECIAL_TREES):
+            return None
+        return real if stat.S_ISREG(os.stat(real).st_mode) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _read(fspath: str) -> bytes | None:
+    """The first 8 MB of a regular file; None for anything else (opened without blocking: a FIFO
+    swapped in after the check is seen for what it is, never read)."""
+    real = regular_file(fspath)
+    if real is None:
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read(8 << 20)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+
+
+def _unsafe_include(name: str, including_dir: str, include_dirs: Sequence[str]) -> str | None:
+    """Why nvcc must not be given an include of ``name``: it reaches something not a regular file."""
+    if name.startswith("/"):
+        candidates = [name]
+    elif ".." in name.replace("\\", "/").split("/"):
+        candidates = [os.path.join(d, name) for d in (including_dir, *include_dirs, *_SYSTEM_INCLUDE_DIRS)]
+    else:
+        return None  # found inside an include directory: the layout holds regular files only
+    for candidate in candidates:
+        path = os.path.normpath(candidate)
+        special = any(path == tree or path.startswith(tree + "/") for tree in _SPECIAL_TREES)
+        if special or (os.path.lexists(path) and regular_file(path) is None):
+            return f"includes {name}, which is not a regular file (a device, a pipe, or under /proc, /sys or /dev)"
+    return None
 
 
 def _closure(root: str, files: Mapping[str, str], index: IncludeIndex) -> tuple[list[str], set[str]]:
@@ -151,15 +206,44 @@ def _lifted_text(gate: Gate, data: bytes, arch: Arch) -> bytes:
 
 
 def _layout(tmp: str, files: Mapping[str, str]) -> None:
+    """The package's C/C++ files under ``tmp``: links to regular files only (nothing else is laid out)."""
     for p, fs in files.items():
         if not p.endswith(C_FAMILY):
+            continue
+        real = regular_file(fs)
+        if real is None:
             continue
         dest = os.path.join(tmp, *p.split("/"))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         try:
-            os.symlink(os.path.abspath(fs), dest)
+            os.symlink(real, dest)
         except OSError:
-            shutil.copyfile(fs, dest)
+            shutil.copyfile(real, dest)
+
+
+def _unsafe_closure(
+    closure: Sequence[str], files: Mapping[str, str], tmp: str, include_dirs: Sequence[str]
+) -> str | None:
+    """Why the unit whose included package files are ``closure`` must not reach nvcc, if it must not."""
+    sources = [(path, _read(files[path]) if path in files else None) for path in closure]
+    defines: dict[str, str] = {}
+    for _path, data in sources:
+        for m in _STRING_DEFINE.finditer(data or b""):
+            value = m.group(2) if m.group(2) is not None else m.group(3)
+            defines.setdefault(m.group(1).decode(), value.decode("utf-8", "replace"))
+    for path, data in sources:
+        including_dir = os.path.join(tmp, *posixpath.dirname(path).split("/")) if "/" in path else tmp
+        for m in _ANY_INCLUDE.finditer(data or b""):
+            if m.group(3) is not None:  # #include NAME: what a simple #define NAME "…" says
+                name = defines.get(m.group(3).decode())
+                if name is None:
+                    continue
+            else:
+                name = m.group(2).decode("utf-8", "replace").strip()
+            why = _unsafe_include(name, including_dir, include_dirs)
+            if why is not None:
+                return f"{path} {why}: not compiled"
+    return None
 
 
 def _diagnostics(stderr: str, tmp: str) -> tuple[str, ...]:
@@ -204,6 +288,8 @@ def compile_check(
     if unit is not None:
         if not os.path.isfile(unit):
             return CompileCheck(CheckStatus.NOT_CHECKED, f"no such file: {unit}")
+        if regular_file(unit) is None:
+            return CompileCheck(CheckStatus.NOT_CHECKED, f"{unit} is not a regular file: not compiled")
         driver = f"liftgate-driver/{os.path.basename(unit)}"
         files = {**files, driver: os.path.abspath(unit)}
     index = IncludeIndex(files)
@@ -289,10 +375,13 @@ def _build(
     commands: list[str] = []
     emitted: dict[str, None] = {}
     for unit in units:
-        _files, dirs = _closure(unit, files, index)
+        closure, dirs = _closure(unit, files, index)
         unit_fs = os.path.join(tmp, *unit.split("/"))
         incs = [os.path.join(tmp, *d.split("/")) for d in sorted(dirs)]
         incs += [os.path.abspath(d) for d in include_dirs]
+        unsafe = _unsafe_closure(closure, files, tmp, incs)
+        if unsafe is not None:
+            return CompileCheck(CheckStatus.NOT_CHECKED, unsafe, "; ".join(commands), unit)
         ptx = os.path.join(tmp, "unit.ptx")
         cmd = [
             nvcc, "--ptx", f"-arch={virtual}", "-std=c++17", "--expt-relaxed-constexpr",
@@ -304,7 +393,9 @@ def _build(
         )
         shown = "; ".join(commands)
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+            done = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s, cwd=tmp
+            )
         except subprocess.TimeoutExpired:
             return CompileCheck(
                 CheckStatus.NOT_CHECKED, f"nvcc took over {timeout_s:.0f} s on {unit}", shown, unit
@@ -332,7 +423,7 @@ def _build(
         try:
             asm = subprocess.run(
                 [ptxas, f"-arch={real}", ptx, "-o", os.path.join(tmp, "unit.cubin")],
-                capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
             )  # fmt: skip
         except (subprocess.TimeoutExpired, OSError) as exc:
             return CompileCheck(CheckStatus.NOT_CHECKED, f"ptxas could not run on {unit}: {exc}", shown, unit)

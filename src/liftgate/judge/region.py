@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from liftgate.arch.core import Arch
-from liftgate.detect.cpp_lex import LITERALS, lex_directives, strip_comments
+from liftgate.detect.cpp_lex import LITERALS, LexLimit, lex_directives, strip_comments
 from liftgate.detect.cpp_syntax import find_functions, tokenize
 from liftgate.detect.cuda import IncludeIndex
 from liftgate.judge.catalog import Feature, load_catalog
@@ -406,7 +406,7 @@ class FileStore:
             if text is not None:
                 try:
                     info = _FileInfo(text, path, self.index)
-                except RecursionError:
+                except (RecursionError, LexLimit):  # a line the lexer gives up on (see cpp_lex)
                     info = None
             self._files[path] = info
         return self._files[path]
