@@ -594,3 +594,28 @@ def test_a_deep_python_expression_is_a_skip_not_a_crash(tmp_path: Path, expressi
 
 def _unused(arch: Arch) -> None:  # keeps the import of Arch meaningful for type checkers
     return None
+
+
+# -- the whole hostile tree through the command line (the safety review's acceptance) -------------
+
+
+def test_the_hostile_tree_skips_each_offender_with_its_reason_and_reports_the_rest(tmp_path: Path) -> None:
+    # The tree bench/hostile_bench.py times: 100 levels of macro doubling, 5,000 nested #ifs, a
+    # 300-deep parenthesised condition and a non-UTF-8 file name, beside well-formed files.
+    import importlib.util
+    import json
+
+    from liftgate.cli.main import main
+
+    spec = importlib.util.spec_from_file_location(
+        "hostile_bench", Path(__file__).parent.parent / "bench" / "hostile_bench.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    root = tmp_path / "hostile"
+    bench.write_hostile_tree(root)
+    out = tmp_path / "report.json"
+    argv = ["scan", str(root), "-t", "sm_120", "--no-cache", "--show", "all", "-f", "json", "-o", str(out)]
+    assert main(argv) in (0, 1)
+    assert bench.check_report(json.loads(out.read_text())) == []
