@@ -60,11 +60,15 @@ def capability_targets(*ccs: str) -> set[str]:
 
 @cache
 def fixture(path: str) -> Detection:
-    return detect_cmake("minibuild", "1.0", path, (FIXTURE / path).read_text())
+    # The minibuild fixture marks the gates of every branch of its CUDA-version tests, as read
+    # without an assumed toolkit (tests/test_cmake_toolkit.py reads such branches under one).
+    return detect_cmake("minibuild", "1.0", path, (FIXTURE / path).read_text(), cuda_version=None)
 
 
-def detect(text: str, path: str = "CMakeLists.txt") -> Detection:
-    return detect_cmake("pkg", "1.0", path, text)
+def detect(
+    text: str, path: str = "CMakeLists.txt", cuda_version: tuple[int, int] | None = (13, 0)
+) -> Detection:
+    return detect_cmake("pkg", "1.0", path, text, cuda_version)
 
 
 def gate_at(detection: Detection, line: int) -> Gate:
@@ -462,8 +466,12 @@ endif()
     assert (hopper.location.line, blackwell.location.line) == (3, 6)
     assert names(hopper.admitted) == capability_targets("9.0")
     assert names(blackwell.admitted) == capability_targets("10.0")
-    assert hopper.depends_on == ("${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER 12.3",)
-    assert blackwell.depends_on == ("${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER 12.8",)
+    assert hopper.depends_on == (
+        "assumes CUDA 13.0: ${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER 12.3 is true",
+    )
+    assert blackwell.depends_on == (
+        "assumes CUDA 13.0: ${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER 12.8 is true",
+    )
     assert "builds ${flashmla_SOURCE_DIR}/csrc/sm90/splitkv_mla.cu for ${SUPPORT_ARCHS}" in evidence_text(
         hopper
     )
@@ -480,7 +488,9 @@ if(TOPK_ARCHS)
   set(CMAKE_CUDA_ARCHITECTURES 90a)
 endif()
 """
-    new, old, nested = detect(text).gates
+    # Both branches of the version test, read without an assumed toolkit (test_cmake_toolkit.py
+    # reads them under one).
+    new, old, nested = detect(text, cuda_version=None).gates
     assert new.depends_on == ("${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 13.0",)
     assert old.depends_on == ("NOT (${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 13.0)",)
     assert names(new.admitted) == capability_targets("9.0", "10.0", "10.3", "12.0", "12.1")
@@ -1005,7 +1015,9 @@ def test_vllm_0_11_0_cmake_gates(vllm_gates: dict[str, Detection]) -> None:
     assert all(d.skips == () for d in results.values())
     gates = [g for d in results.values() for g in d.gates]
     assert {path: len(d.gates) for path, d in results.items() if d.gates} == {
-        "CMakeLists.txt": 19,
+        # 19 before toolkit-version conditions were evaluated: the CUDA < 12.8 else() branch's
+        # set(CUDA_SUPPORTED_ARCHS "7.0;…;9.0") (line 92) is never taken under CUDA 13.0.
+        "CMakeLists.txt": 18,
         "cmake/external_projects/flashmla.cmake": 2,
     }
     assert len({g.id for g in gates}) == len(gates)
@@ -1021,7 +1033,7 @@ def test_vllm_0_11_0_cmake_gates(vllm_gates: dict[str, Detection]) -> None:
     assert machete.status(sm120) is Status.EXCLUDED and machete.status(sm100a) is Status.EXCLUDED
     assert machete.depends_on == (
         'VLLM_GPU_LANG STREQUAL "CUDA"',
-        "${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 12.0",
+        "assumes CUDA 13.0: ${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 12.0 is true",
     )
     evidence = evidence_text(machete)
     assert (
@@ -1044,18 +1056,17 @@ def test_vllm_0_11_0_cmake_gates(vllm_gates: dict[str, Detection]) -> None:
         assert gate.status(sm120) is Status.ADMITTED and gate.status(sm120a) is Status.ADMITTED
         assert "scaled_mm_c3x_sm120.cu" in evidence_text(gate)
 
-    (supported,) = by_condition('set(CUDA_SUPPORTED_ARCHS "7.0;7.2;7.5;8.0;8.6;8.7;8.9;9.0")')
-    assert supported.status(sm120) is Status.EXCLUDED
-    assert supported.depends_on == (
-        "NOT (DEFINED CMAKE_CUDA_COMPILER_VERSION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.8)",
-    )
+    # The else() of if(DEFINED CMAKE_CUDA_COMPILER_VERSION AND … VERSION_GREATER_EQUAL 12.8): not taken.
+    assert by_condition('set(CUDA_SUPPORTED_ARCHS "7.0;7.2;7.5;8.0;8.6;8.7;8.9;9.0")') == []
 
     flashmla = results["cmake/external_projects/flashmla.cmake"].gates
     assert [g.condition for g in flashmla] == [
         "list(APPEND SUPPORT_ARCHS 9.0a)",
         "list(APPEND SUPPORT_ARCHS 10.0a)",
     ]
-    assert flashmla[1].depends_on == ("${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER 12.8",)
+    assert flashmla[1].depends_on == (
+        "assumes CUDA 13.0: ${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER 12.8 is true",
+    )
     assert "splitkv_mla.cu" in evidence_text(flashmla[0])
 
     # What an RTX 5090 build of vLLM 0.11.0 leaves out, and what it keeps.

@@ -555,7 +555,9 @@ def scan(
             if (f.path.endswith(".py") if only_python else _is_python_or_cmake(f.path))
         ]
         files_scanned += sum(1 for f in build_files if only_python or not _is_indexed(f.path))
-        gates, py_skips = _scan_python_and_cmake(build_files, max_file_size, scan_cache, observer)
+        gates, py_skips = _scan_python_and_cmake(
+            build_files, max_file_size, scan_cache, observer, cuda_version
+        )
         all_gates.extend(gates)
         all_skips.extend(py_skips)
         if not only_python:
@@ -578,13 +580,13 @@ def scan(
     if judge and resolved_targets:
         from liftgate.judge.verdict import judge_report
 
-        observer.start("judging the gated code", total=None)
-        verdicts = judge_report(
+        verdicts = judge_report(  # it starts the phase with its count of gates to judge
             all_gates,
             archs,
             [(name, version, files) for (name, version), files in package_files.items()],
             _read_text_lenient,
             only=judge if callable(judge) else None,
+            observer=observer,
         )
         observer.finish()
     found_chains: list[Chain] = []
@@ -919,19 +921,26 @@ def _link_build_flags(gates: list[Gate], build_files: list[SourceFile]) -> list[
 
 
 def _scan_python_and_cmake(
-    files: list[SourceFile], max_file_size: int, scan_cache: ScanCache, observer: Observer
+    files: list[SourceFile],
+    max_file_size: int,
+    scan_cache: ScanCache,
+    observer: Observer,
+    cuda_version: tuple[int, int],
 ) -> tuple[list[Gate], list[Skip]]:
     """py-runtime, py-build and cmake gates of every package together.
 
     Python is analysed across packages at once, so a predicate defined in one package and used in
     another resolves exactly. The result is cached under a key made of every file's content
     digest (each digest cached by the file's stat), so the same releases installed elsewhere, or
-    the files a lift's plan re-detected, are found again.
+    the files a lift's plan re-detected, are found again. CMake conditions on the toolkit version
+    are evaluated for ``cuda_version``, part of the key.
     """
     if not files:
         return [], []
     contents = _content_digests(files, scan_cache)
-    digest = hashlib.sha256(f"python+cmake\x1f{_code_fingerprint()}\x1f{max_file_size}".encode())
+    digest = hashlib.sha256(
+        f"python+cmake\x1f{_code_fingerprint()}\x1f{max_file_size}\x1f{cuda_version}".encode()
+    )
     for f in sorted(files, key=lambda f: (f.package, f.path)):
         digest.update(f"{f.package}\x1f{f.version}\x1f{f.path}\x1f{contents[f.fspath]}\x1e".encode())
     key = "py-" + digest.hexdigest()[:32]
@@ -950,7 +959,7 @@ def _scan_python_and_cmake(
             skips.append(Skip(f.path, "unreadable, binary or too large", f.package))
         else:
             try:
-                detection = detect_cmake(f.package, f.version, f.path, text)
+                detection = detect_cmake(f.package, f.version, f.path, text, cuda_version)
             except Exception as exc:  # the last resort (detect_cmake has its own net)
                 skips.append(
                     Skip(f.path, f"not analysed ({_failure(exc)}); gates in it are not reported", f.package)

@@ -9,7 +9,9 @@ variables, the ``CUDA_ARCHITECTURES`` property), ``-gencode``/``-arch`` flags, v
 ``cuda_archs_loose_intersection`` together with the ``if(OUT)`` block that builds its sources,
 and ``if()`` tests on an arch list (``"90a" IN_LIST CUDA_ARCHS``). Conditions that are not about
 the architecture (the CUDA version, the GPU language) are not gates; they guard gates and are
-recorded in the gate's ``depends_on``, each entry a CMake condition assumed true.
+recorded in the gate's ``depends_on``, each entry a CMake condition assumed true. Tests of the
+CUDA toolkit's version are evaluated for an assumed toolkit (`_Toolkit`): a branch it never takes
+gates nothing and defines no arch list; one it decides is recorded as ``assumes CUDA 13.0: … is true``.
 
 What an entry admits (compile-target semantics, the same targets the CUDA detector's lanes use):
 
@@ -814,10 +816,6 @@ def parse_condition(args: tuple[Argument, ...]) -> Cond | None:
     return tree
 
 
-def _split_and(cond: Cond) -> list[str]:
-    return [c.text for c in cond.children] if cond.op == "and" else [cond.text]
-
-
 @dataclass
 class _ArchTest:
     """The arch part of a condition: targets for which it holds, and what was assumed of the rest."""
@@ -829,13 +827,15 @@ class _ArchTest:
 
 
 AtomFn = Callable[[Cond], "tuple[ArchSet, bool, str | None] | None"]
+NoteFn = Callable[[Cond, bool], "str | None"]
 
 
-def _evaluate(cond: Cond, atom: AtomFn) -> _ArchTest | None:
+def _evaluate(cond: Cond, atom: AtomFn, note: NoteFn | None = None) -> _ArchTest | None:
     """The arch part of ``cond``, None when it has none.
 
     Parts that are not about the architecture take the value that lets the arch part decide:
-    true under AND, false under OR; each is recorded with that assumption.
+    true under AND, false under OR; each is recorded with that assumption (``note`` words it
+    when it can, e.g. for a toolkit-version test that the assumed toolkit decides).
     """
     if cond.op == "atom":
         found = atom(cond)
@@ -844,12 +844,12 @@ def _evaluate(cond: Cond, atom: AtomFn) -> _ArchTest | None:
         admitted, inferred, out = found
         return _ArchTest(admitted, [], inferred, 0 if out else 1)
     if cond.op == "not":
-        inner = _evaluate(cond.children[0], atom)
+        inner = _evaluate(cond.children[0], atom, note)
         if inner is None:
             return None
         inner.admitted = ~inner.admitted
         return inner
-    results = [_evaluate(child, atom) for child in cond.children]
+    results = [_evaluate(child, atom, note) for child in cond.children]
     arch_parts = [r for r in results if r is not None]
     if not arch_parts:
         return None
@@ -859,7 +859,8 @@ def _evaluate(cond: Cond, atom: AtomFn) -> _ArchTest | None:
     deps: list[str] = []
     for child, result in zip(cond.children, results, strict=True):
         if result is None:
-            deps.append(child.text if cond.op == "and" else f"NOT ({child.text})")
+            noted = note(child, cond.op == "and") if note else None
+            deps.append(noted or (child.text if cond.op == "and" else f"NOT ({child.text})"))
         else:
             deps.extend(result.deps)
     return _ArchTest(
@@ -868,6 +869,130 @@ def _evaluate(cond: Cond, atom: AtomFn) -> _ArchTest | None:
         any(p.inferred for p in arch_parts),
         sum(p.tests for p in arch_parts),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Toolkit-version conditions
+# --------------------------------------------------------------------------------------------
+
+DEFAULT_CUDA_VERSION = (13, 0)
+_TOOLKIT_VERSIONS = ("CMAKE_CUDA_COMPILER_VERSION", "CUDA_VERSION", "CUDAToolkit_VERSION")
+_TOOLKIT_PARTS: dict[str, Literal["full", "major", "minor"]] = {
+    **{name: "full" for name in _TOOLKIT_VERSIONS},
+    **{f"{name}_MAJOR": "major" for name in _TOOLKIT_VERSIONS},
+    **{f"{name}_MINOR": "minor" for name in _TOOLKIT_VERSIONS},
+}
+# The orderings (toolkit vs literal: -1, 0, 1) for which each comparison holds.
+_ORDERINGS: dict[str, frozenset[int]] = {
+    "LESS": frozenset({-1}),
+    "GREATER": frozenset({1}),
+    "EQUAL": frozenset({0}),
+    "LESS_EQUAL": frozenset({-1, 0}),
+    "GREATER_EQUAL": frozenset({0, 1}),
+}
+_FLIPPED = {
+    "LESS": "GREATER",
+    "GREATER": "LESS",
+    "LESS_EQUAL": "GREATER_EQUAL",
+    "GREATER_EQUAL": "LESS_EQUAL",
+}
+_VERSION_LITERAL = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
+_NUMBER_LITERAL = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
+_WHOLE_REF = re.compile(r"^\$\{(\w+)\}$")
+
+
+def _sign(a: float, b: float) -> int:
+    return (a > b) - (a < b)
+
+
+class _Toolkit:
+    """Evaluates ``if()`` conditions on the CUDA toolkit version under an assumed ``major.minor``.
+
+    Only comparisons of ``CMAKE_CUDA_COMPILER_VERSION``, ``CUDA_VERSION`` or ``CUDAToolkit_VERSION``
+    (or their ``_MAJOR``/``_MINOR``) with a literal number, and ``DEFINED`` of them, are read; a
+    variable the file sets itself is not. The patch level is unknown (nvcc 13.0 is 13.0.x), so
+    ``VERSION_GREATER 13.0`` is not decided under 13.0 while ``VERSION_GREATER_EQUAL 13.0`` is.
+    """
+
+    def __init__(self, cuda_version: tuple[int, int], nodes: list[Node]) -> None:
+        self.cuda_version = cuda_version
+        self.prefix = f"assumes CUDA {cuda_version[0]}.{cuda_version[1]}"
+        self.own: set[str] = set()  # toolkit variables the file sets itself: not evaluated
+        for command in _walk(nodes):
+            if command.name in ("set", "unset", "list", "string", "math"):
+                self.own.update(a.value for a in command.args[:2] if a.value in _TOOLKIT_PARTS)
+
+    def _variable(self, arg: Argument) -> str | None:
+        if arg.quoting == "bracket":
+            return None
+        match = _WHOLE_REF.match(arg.value)
+        name = match.group(1) if match else arg.value if arg.quoting == "unquoted" else None
+        return name if name in _TOOLKIT_PARTS and name not in self.own else None
+
+    def _orderings(self, part: str, literal: str, version: bool) -> frozenset[int] | None:
+        """The possible orderings of the toolkit's ``part`` against ``literal``, None if unreadable."""
+        major, minor = self.cuda_version
+        if part == "full":
+            if not version or not _VERSION_LITERAL.match(literal):
+                return None
+            items = [int(x) for x in literal.split(".")]
+            head = (items[0], items[1] if len(items) > 1 else 0)
+            if (major, minor) != head:
+                return frozenset({1 if (major, minor) > head else -1})
+            # Equal up to the minor: the patch level is unknown (0 or more).
+            return frozenset({0, 1}) if not any(items[2:]) else frozenset({-1, 0, 1})
+        value = major if part == "major" else minor
+        if version:
+            if not _VERSION_LITERAL.match(literal):
+                return None
+            items = [int(x) for x in literal.split(".")]
+            first = _sign(value, items[0])
+            return frozenset({first if first or not any(items[1:]) else -1})
+        if not _NUMBER_LITERAL.match(literal):
+            return None
+        return frozenset({_sign(value, float(literal))})
+
+    def atom(self, cond: Cond) -> bool | None:
+        args = cond.args
+        if len(args) == 2 and args[0].is_word("DEFINED"):
+            return True if args[1].quoting == "unquoted" and self._variable(args[1]) else None
+        if len(args) != 3 or args[1].quoting != "unquoted":
+            return None
+        left, op, right = args[0], args[1].value, args[2]
+        version = op.startswith("VERSION_")
+        op = op.removeprefix("VERSION_")
+        if op not in _ORDERINGS:
+            return None
+        name = self._variable(left)
+        literal = right
+        if name is None:
+            name, literal, op = self._variable(right), left, _FLIPPED.get(op, op)
+        if name is None or literal.has_reference:
+            return None
+        possible = self._orderings(_TOOLKIT_PARTS[name], literal.value, version)
+        if possible is None:
+            return None
+        holds = _ORDERINGS[op]
+        return True if possible <= holds else False if not possible & holds else None
+
+    def value(self, cond: Cond) -> bool | None:
+        """True or False when the toolkit decides ``cond``, None when it does not."""
+        if cond.op == "atom":
+            return self.atom(cond)
+        if cond.op == "not":
+            inner = self.value(cond.children[0])
+            return None if inner is None else not inner
+        values = [self.value(c) for c in cond.children]
+        decisive = cond.op == "or"  # the value that decides an OR (True) or an AND (False)
+        if decisive in values:
+            return decisive
+        return None if None in values else not decisive
+
+    def note(self, cond: Cond, want: bool) -> str | None:
+        """The assumption that ``cond`` has the value ``want``, when the toolkit decides it so."""
+        if self.value(cond) is not want:
+            return None
+        return f"{self.prefix}: {cond.text} is {'true' if want else 'false'}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -961,7 +1086,7 @@ def _extension_deps(info: _Intersection) -> list[str]:
 
 
 class _Analyzer:
-    def __init__(self, package: str, version: str | None, path: str) -> None:
+    def __init__(self, package: str, version: str | None, path: str, toolkit: _Toolkit | None = None) -> None:
         self.package = package
         self.version = version
         self.path = path
@@ -976,6 +1101,9 @@ class _Analyzer:
         self.definitions: dict[str, list[Command]] = {}  # variable -> set()/list() with literal items
         self.dotted: set[str] = set()  # variables with a dotted literal entry (9.0a): torch style
         self._assigned_cache: dict[int, frozenset[str]] = {}
+        self.toolkit = toolkit
+        self.decided: dict[int, bool] = {}  # id(Branch) -> its condition's value under the toolkit
+        self.untaken: set[int] = set()  # id(Branch) of branches the assumed toolkit never takes
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -1026,6 +1154,47 @@ class _Analyzer:
         )
         self.gates.append(gate)
         return gate
+
+    # -- pass 0: branches the assumed toolkit never takes -------------------------------------
+
+    def prune(self, nodes: list[Node]) -> None:
+        """Empty the branches that the assumed toolkit never takes: they define and gate nothing."""
+        if self.toolkit is None:
+            return
+        for node in nodes:
+            if isinstance(node, IfBlock):
+                taken = False
+                for branch in node.branches:
+                    if taken:
+                        self.untaken.add(id(branch))
+                    elif branch.head.name != "else":
+                        cond = parse_condition(branch.head.args)
+                        value = self.toolkit.value(cond) if cond is not None else None
+                        if value is not None:
+                            self.decided[id(branch)] = value
+                            taken = value
+                            if not value:
+                                self.untaken.add(id(branch))
+                    if id(branch) in self.untaken:
+                        branch.body = []
+                    else:
+                        self.prune(branch.body)
+            elif isinstance(node, Scope):
+                self.prune(node.body)
+
+    def _note(self, cond: Cond, want: bool) -> str | None:
+        return self.toolkit.note(cond, want) if self.toolkit else None
+
+    def _and_parts(self, cond: Cond) -> list[str]:
+        """The parts of a condition assumed true, each toolkit test worded as the assumption."""
+        parts = cond.children if cond.op == "and" else [cond]
+        return [self._note(part, True) or part.text for part in parts]
+
+    def _earlier(self, branch: Branch, text: str) -> str:
+        """The assumption that an earlier branch of the same if() was not taken."""
+        if self.decided.get(id(branch)) is False and self.toolkit is not None:
+            return f"{self.toolkit.prefix}: {text} is false"
+        return f"NOT ({text})"
 
     # -- pass 1: who defines and who uses which arch list -----------------------------------
 
@@ -1169,6 +1338,8 @@ class _Analyzer:
                     continue
                 if isinstance(node, IfBlock):
                     for k, branch in enumerate(node.branches):
+                        if id(branch) in self.untaken:
+                            continue
                         if branch.head.name != "else" and any(
                             self._tests_out(a, out) for a in branch.head.args
                         ):
@@ -1220,12 +1391,12 @@ class _Analyzer:
                 return marker, False, info.out
             return None
 
-        test = _evaluate(cond, atom) if cond is not None else None
+        test = _evaluate(cond, atom, self._note) if cond is not None else None
         info.negated = test is not None and test.admitted == ~marker
         if test is not None:
             info.deps.extend(test.deps)
         for earlier in block.branches[:k]:
-            info.deps.append(f"NOT ({_display(earlier.head.args)})")
+            info.deps.append(self._earlier(earlier, _display(earlier.head.args)))
         built = [branch]
         otherwise = block.branches[k + 1 :]
         if info.negated:
@@ -1283,32 +1454,40 @@ class _Analyzer:
     def if_block(self, block: IfBlock, frames: tuple[_Frame, ...]) -> None:
         consumers = self.consumers.get(id(block), [])
         parent = frames[-1] if frames else _Frame("", (), ())
-        earlier: list[str] = []
+        earlier: list[str] = []  # the assumptions that the earlier branches were not taken
         earlier_arch = ArchSet.none()
         for k, branch in enumerate(block.branches):
+            if id(branch) in self.untaken:
+                # Never taken under the assumed toolkit: no gate, nothing under it is visited.
+                if id(branch) in self.decided:
+                    earlier.append(self._earlier(branch, _display(branch.head.args)))
+                continue
             head = branch.head
             label = head.render() if head.name != "else" else f"else() of {block.branches[0].head.render()}"
-            deps = [f"NOT ({text})" for text in earlier]
+            deps = list(earlier)
             gate_refs: tuple[str, ...] = ()
             tested = [c for c in consumers if c.branch is branch]
+            cond = parse_condition(head.args) if head.name != "else" else None
             if head.name == "else":
                 pass
+            elif id(branch) in self.decided and cond is not None:
+                # Taken under the assumed toolkit (an untaken one was skipped above): not a gate.
+                deps.append(self._note(cond, True) or cond.text)
             elif tested:
                 # if(CUDA_VERSION … AND OUT): the intersection(s) above are the gate of this branch.
                 gate_refs = tuple(c.gate for c in tested if c.gate)
                 deps = list(tested[0].deps)
             else:
-                cond = parse_condition(head.args)
                 if cond is None:
                     if any(self._mentions_arch(a) for a in head.args):
                         self.skip(head.line, f"cannot parse the condition of {_truncate(head.render())}")
-                    earlier.append(_display(head.args))
+                    earlier.append(f"NOT ({_display(head.args)})")
                     deps.append(_display(head.args))
                 else:
-                    test = _evaluate(cond, self.arch_atom)
+                    test = _evaluate(cond, self.arch_atom, self._note)
                     if test is None or test.tests == 0:
-                        earlier.append(cond.text)
-                        deps.extend(_split_and(cond))
+                        earlier.append(f"NOT ({cond.text})")
+                        deps.extend(self._and_parts(cond))
                     else:
                         admitted = test.admitted - earlier_arch
                         earlier_arch |= test.admitted
@@ -1732,15 +1911,25 @@ class _Analyzer:
         )
 
 
-def detect_cmake(package: str, version: str | None, path: str, text: str) -> Detection:
-    """The CMake gates of one file, and the constructs that could not be read. Never raises."""
+def detect_cmake(
+    package: str,
+    version: str | None,
+    path: str,
+    text: str,
+    cuda_version: tuple[int, int] | None = DEFAULT_CUDA_VERSION,
+) -> Detection:
+    """The CMake gates of one file, and the constructs that could not be read. Never raises.
+
+    ``cuda_version`` is the toolkit assumed for conditions on its version (None: not evaluated).
+    """
     try:
-        analyzer = _Analyzer(package, version, path)
         commands, problems = tokenize(text)
         try:
             nodes, block_problems = build_blocks(commands, text.count("\n") + 1)
         except _TooDeep as exc:
             return Detection((), (Skip(path, str(exc), package),))
+        toolkit = _Toolkit(cuda_version, nodes) if cuda_version is not None else None
+        analyzer = _Analyzer(package, version, path, toolkit)
         problems = [*problems, *block_problems]
         for line, reason in problems[:MAX_PROBLEMS]:
             analyzer.skip(line, f"CMake syntax: {reason}")
@@ -1748,6 +1937,7 @@ def detect_cmake(package: str, version: str | None, path: str, text: str) -> Det
             analyzer.skip(
                 problems[MAX_PROBLEMS][0], f"CMake syntax: {len(problems) - MAX_PROBLEMS:,} more problems"
             )
+        analyzer.prune(nodes)
         analyzer.survey(nodes)
         analyzer.visit(nodes, ())
         return Detection(tuple(analyzer.gates), tuple(analyzer.skips))

@@ -47,6 +47,7 @@ from liftgate.judge.region import (
     shared_memory_limit,
 )
 from liftgate.model import ElseKind, FeatureUse, Gate, GateKind, Status, Verdict, VerdictKind
+from liftgate.sources.interface import NullObserver, Observer
 
 _SOURCES = re.compile(r"(?:built from|builds) (.+?)(?: for | at |$)")
 _PY_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.M)
@@ -482,29 +483,43 @@ def judge_report(
     packages: Iterable[tuple[str, str | None, dict[str, str]]],
     read: Callable[[str], str | None],
     only: Callable[[Gate], bool] | None = None,
+    observer: Observer | None = None,
 ) -> list[Verdict]:
     """Verdicts for every gate that excludes (or may exclude) one of ``targets``.
 
     ``packages`` gives, per package (name, version), its files as package path -> filesystem path;
     ``read`` reads a filesystem path as text (None when it cannot). ``only`` limits which gates
-    are judged (all gates still inform the analysis).
+    are judged (all gates still inform the analysis). ``observer`` is started once with the
+    number of (gate, target) pairs to judge and advanced by one per pair; the caller finishes it.
     """
+    observer = observer or NullObserver()
     by_package: dict[tuple[str, str | None], list[Gate]] = {}
     for gate in gates:
         by_package.setdefault((gate.location.package, gate.location.version), []).append(gate)
-    verdicts: list[Verdict] = []
+    # The (gate, target) pairs to judge, per package and target, before any is judged: their count
+    # is the phase's total.
+    plan: list[tuple[dict[str, str], list[Gate], list[tuple[Arch, list[Gate]]]]] = []
     for name, version, files in packages:
         pkg_gates = by_package.get((name, version), [])
         if not pkg_gates:
             continue
-        paths = sorted(files)
-        store = FileStore(paths, _reader(files, read))
+        work: list[tuple[Arch, list[Gate]]] = []
         for target in targets:
             todo = [
                 g for g in pkg_gates if g.status(target) is not Status.ADMITTED and (only is None or only(g))
             ]
-            if not todo:
-                continue
+            if todo:
+                work.append((target, todo))
+        if work:
+            plan.append((files, pkg_gates, work))
+    observer.start("judging the gated code", total=sum(len(todo) for _, _, work in plan for _, todo in work))
+    verdicts: list[Verdict] = []
+    for files, pkg_gates, work in plan:
+        paths = sorted(files)
+        store = FileStore(paths, _reader(files, read))
+        for target, todo in work:
             ctx = _build_context(store, paths, pkg_gates, target)
-            verdicts.extend(judge_gate(g, target, ctx) for g in todo)
+            for g in todo:
+                verdicts.append(judge_gate(g, target, ctx))
+                observer.advance(1)
     return verdicts
