@@ -798,6 +798,11 @@ class Interpreter:
             if is_marker(element):
                 results.append(self._unknown_attribute(name, frame, node))
             elif isinstance(element, ModuleRef):
+                if name in _MODEL_WINS:
+                    # `torch.cuda.get_device_capability` with torch's own source in the scan: the
+                    # model wins here too, as it does for `from torch.cuda import …` (`import_from`).
+                    results.append(const(ExternalRef(f"{element.name}.{name}")))
+                    continue
                 module = self.module(element.name)
                 found = self.module_attribute(module, name) if module else None
                 results.append(found if found is not None else TOP)
