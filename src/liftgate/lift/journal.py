@@ -902,15 +902,7 @@ class Journal:
                 raise LiftError(
                     f"{lift_id} was recorded by an older liftgate without lifted copies: lift it anew"
                 )
-            path = os.path.join(entry, f["lifted"])
-            try:
-                with open(path, "rb") as fh:
-                    data = fh.read()
-            except OSError as exc:
-                raise LiftError(f"cannot read {path}, the lifted copy of {f['fspath']}: {_why(exc)}") from exc
-            if sha256(data) != f["sha256_after"]:
-                raise LiftError(f"the lifted copy of {f['fspath']} in {entry} is damaged (sha256 mismatch)")
-            datas.append(data)
+            datas.append(_recorded_copy(entry, f, "lifted", "the lifted copy"))
             targets.append(self._target(f["fspath"]))
         doc["state"] = "applying"
         try:
@@ -940,15 +932,7 @@ class Journal:
         return doc
 
     def _backup(self, f: dict[str, Any], entry: str) -> bytes:
-        path = os.path.join(entry, f["backup"])
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise LiftError(f"the backup of {f['fspath']} ({path}) cannot be read: {_why(exc)}") from exc
-        if sha256(data) != f["sha256_before"]:
-            raise LiftError(f"the backup of {f['fspath']} ({path}) is damaged (sha256 mismatch)")
-        return data
+        return _recorded_copy(entry, f, "backup", "the backup")
 
     def _restore(self, doc: dict[str, Any], entry: str) -> _Restore:
         """Put the backup over every file that holds what liftgate wrote there; keep any other.
@@ -1004,6 +988,21 @@ class Journal:
                     f"{src} could not be moved back to {dest} ({_why(exc)}): it stays in the journal; move it "
                     "back by hand"
                 )
+
+
+def _recorded_copy(entry: str, f: dict[str, Any], key: str, what: str) -> bytes:
+    """The bytes of a file's ``backup`` (sha256 before) or ``lifted`` copy (sha256 after) in the lift's
+    directory, checked against the manifest: a `LiftError` naming the file when unreadable or damaged."""
+    path = os.path.join(entry, f[key])
+    expected = f["sha256_before"] if key == "backup" else f["sha256_after"]
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise LiftError(f"{what} of {f['fspath']} ({path}) cannot be read: {_why(exc)}") from exc
+    if sha256(data) != expected:
+        raise LiftError(f"{what} of {f['fspath']} ({path}) is damaged (sha256 mismatch)")
+    return data
 
 
 def _remove_bytecode(paths: Iterator[str] | list[str] | Any) -> None:
