@@ -29,15 +29,16 @@ Coverage for a GPU of capability (M, m), with the driver's real rules:
 
 from __future__ import annotations
 
+import errno
 import io
 import os
-import stat
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from liftgate.arch.core import Arch, ArchSet, arch_data, universe
+from liftgate.sources.interface import open_regular
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
@@ -161,17 +162,13 @@ def _cubin_image(header: bytes) -> KernelImage | None:
 
 
 def _open_regular(path: str) -> BinaryIO:
-    """``path`` opened for reading if it is a regular file (a FIFO would block, a device never end)."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise FatbinError("not a regular file (a FIFO, socket or device)")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    """``path`` opened for reading if it is a regular file (`open_regular`); anything else is a
+    `FatbinError` (a Skip with its reason), not an `OSError`."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise FatbinError("not a regular file (a FIFO, socket or device)")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
+        return open_regular(path)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise FatbinError("not a regular file (a FIFO, socket or device)") from exc
         raise
 
 

@@ -38,6 +38,7 @@ from liftgate.arch.core import Arch
 from liftgate.detect.cuda import CUDA_EXTENSIONS, IncludeIndex
 from liftgate.lift.cuda_edit import EditError, lift_directive
 from liftgate.model import Gate, GateKind, Status
+from liftgate.sources.interface import is_system_path, open_regular
 
 C_FAMILY = tuple(sorted(CUDA_EXTENSIONS | {".ipp", ".def"}))  # what a unit may include
 MAX_UNITS = 4  # translation units compiled for one build filter
@@ -52,7 +53,6 @@ _ANY_INCLUDE = re.compile(
 _STRING_DEFINE = re.compile(
     rb'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(?:"([^"\n]*)"|<([^>\n]*)>)', re.M
 )
-_SPECIAL_TREES = ("/proc", "/sys", "/dev")
 _SYSTEM_INCLUDE_DIRS = ("/usr/include", "/usr/local/include")
 _MISSING = re.compile(
     r"fatal error: ([^:\n]+): No such file or directory|cannot open source file \"([^\"]+)\""
@@ -95,7 +95,7 @@ def regular_file(fspath: str) -> str | None:
     """The real path of ``fspath`` if it is a regular file outside /proc, /sys and /dev, else None."""
     try:
         real = os.path.realpath(fspath)
-        if any(real == tree or real.startswith(tree + "/") for tree in _SPECIAL_TREES):
+        if is_system_path(real):
             return None
         return real if stat.S_ISREG(os.stat(real).st_mode) else None
     except (OSError, ValueError):
@@ -109,18 +109,10 @@ def _read(fspath: str) -> bytes | None:
     if real is None:
         return None
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
+        with open_regular(real) as fh:
             return fh.read(8 << 20)
     except OSError:
         return None
-    finally:
-        os.close(fd)
 
 
 def _unsafe_include(name: str, including_dir: str, include_dirs: Sequence[str]) -> str | None:
@@ -133,8 +125,7 @@ def _unsafe_include(name: str, including_dir: str, include_dirs: Sequence[str]) 
         return None  # found inside an include directory: the layout holds regular files only
     for candidate in candidates:
         path = os.path.normpath(candidate)
-        special = any(path == tree or path.startswith(tree + "/") for tree in _SPECIAL_TREES)
-        if special or (os.path.lexists(path) and regular_file(path) is None):
+        if is_system_path(path) or (os.path.lexists(path) and regular_file(path) is None):
             return f"includes {name}, which is not a regular file (a device, a pipe, or under /proc, /sys or /dev)"
     return None
 
