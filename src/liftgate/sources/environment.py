@@ -42,6 +42,7 @@ from liftgate.sources.interface import (
     SourceFile,
     display_name,
     is_system_path,
+    is_within,
     open_regular,
 )
 from liftgate.sources.metadata import MAX_DECLARATION_BYTES, read_metadata_headers
@@ -158,10 +159,6 @@ def install_prefix(site: str) -> str:
     return site
 
 
-def _within(directory: str, path: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
-
-
 def _stat_files(
     site: str,
     paths: Iterable[str],
@@ -178,7 +175,7 @@ def _stat_files(
         fspath = prefix + rel
         if ".." in rel or os.path.isabs(rel):
             fspath = os.path.normpath(os.path.join(site, rel))
-            if not _within(root, fspath):
+            if not is_within(root, fspath):
                 reason = f"listed in {listing} but outside the environment ({root}); not read"
                 skips.append(Skip(display_name(rel), reason, name))
                 continue
@@ -408,7 +405,7 @@ def _editable_tops(site: str, hooks: Sequence[str], project: str, name: str) -> 
         for root in dict.fromkeys(roots):
             if not os.path.isdir(root):
                 continue
-            named = [p for p in configured[0] if _within(root, p)] if configured else []
+            named = [p for p in configured[0] if is_within(root, p)] if configured else []
             tops.extend(named or _packages_in(root, project, name))
         return tops, "the source roots its .pth file lists"
     if configured is not None:
@@ -453,9 +450,9 @@ def _add_editable_files(
         if not os.path.lexists(top) and os.path.isfile(top + ".py"):
             top += ".py"  # a finder maps a top-level module by its name
         real = os.path.realpath(top)
-        if any(_within(done, real) for done in seen) or not os.path.exists(top):
+        if any(is_within(done, real) for done in seen) or not os.path.exists(top):
             continue
-        if not _within(real_project, real):
+        if not is_within(real_project, real):
             # As RECORD entries outside the prefix: what the install's files name is not read blindly.
             reason = f"editable install maps a package outside its project ({project}); not listed: scan it on its own"
             skips.append(Skip(display_name(top), reason, name))

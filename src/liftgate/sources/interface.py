@@ -98,9 +98,14 @@ def display_name(name: str) -> str:
 SYSTEM_DIRS = ("/proc", "/sys", "/dev")
 
 
+def is_within(root: str, path: str) -> bool:
+    """Whether ``path`` is ``root`` or lies below it (both absolute and resolved, or both relative)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def is_system_path(path: str) -> bool:
     """Whether ``path`` (absolute, already resolved) is or lies under /proc, /sys or /dev."""
-    return any(path == top or path.startswith(top + "/") for top in SYSTEM_DIRS)
+    return any(is_within(top, path) for top in SYSTEM_DIRS)
 
 
 def open_regular(path: str) -> BinaryIO:

@@ -22,7 +22,14 @@ from collections import deque
 from collections.abc import Collection
 
 from liftgate.model import Skip
-from liftgate.sources.interface import NullObserver, Observer, SourceFile, display_name, is_system_path
+from liftgate.sources.interface import (
+    NullObserver,
+    Observer,
+    SourceFile,
+    display_name,
+    is_system_path,
+    is_within,
+)
 
 # Directories that hold no part of the project: version control, caches, dependencies.
 PRUNED_DIRS = frozenset(
@@ -51,10 +58,6 @@ def _is_within(ancestor: str, rel: str) -> bool:
     return not ancestor or rel == ancestor or rel.startswith(ancestor + "/")
 
 
-def _within(real_root: str, real: str) -> bool:
-    return real == real_root or real.startswith(real_root.rstrip("/") + "/")
-
-
 _SYSTEM_DIR = "system directory (/proc, /sys or /dev); not listed"
 
 
@@ -63,7 +66,7 @@ def _link_problem(real_root: str, link: str) -> str | None:
     real = os.path.realpath(link)
     if is_system_path(real):
         return f"symlink into a system directory ({real}); not followed"
-    if not _within(real_root, real):
+    if not is_within(real_root, real):
         return f"symlink out of the tree (to {display_name(real)}); not followed: scan its target on its own"
     return None
 
