@@ -297,11 +297,17 @@ def plan_lift(
     )
 
 
+def matching_ids(ids: Sequence[str], wanted: str) -> list[str]:
+    """The ids ``wanted`` names: itself when it is one of ``ids``, else every id it begins."""
+    return [wanted] if wanted in ids else [i for i in ids if i.startswith(wanted)]
+
+
 def _resolve_ids(gates: Sequence[Gate], wanted: Sequence[str]) -> list[Gate]:
+    by_id = {g.id: g for g in gates}
     out: list[Gate] = []
     for w in wanted:
         w = w.strip()
-        matches = [g for g in gates if g.id == w] or [g for g in gates if g.id.startswith(w)]
+        matches = [by_id[i] for i in matching_ids(list(by_id), w)]
         if not matches:
             raise PlanError(
                 f"no gate {w!r} in the scan: run `liftgate scan` on the same environment to list ids"

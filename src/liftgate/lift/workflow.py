@@ -19,7 +19,15 @@ from typing import Any
 from liftgate.arch.core import Arch
 from liftgate.lift.caches import CacheMover, shadowing_packages
 from liftgate.lift.journal import Journal, LiftError, atomic_write, prefix_for
-from liftgate.lift.plan import PatchPlan, PlanError, SkippedGate, plan_lift, resolve_inside, safe_relpath
+from liftgate.lift.plan import (
+    PatchPlan,
+    PlanError,
+    SkippedGate,
+    matching_ids,
+    plan_lift,
+    resolve_inside,
+    safe_relpath,
+)
 from liftgate.model import Report, Status, VerdictKind
 from liftgate.sources.interface import Observer
 
@@ -75,7 +83,7 @@ def resolve_gate_ids(es: EnvScan, target: Arch, gate_ids: Sequence[str]) -> list
         if not w:
             problems.append("an empty gate id")
             continue
-        matches = [w] if w in ids else [i for i in ids if i.startswith(w)]
+        matches = matching_ids(ids, w)
         if len(matches) == 1:
             out.append(matches[0])
         elif matches:
