@@ -10,7 +10,7 @@ variables, the ``CUDA_ARCHITECTURES`` property), ``-gencode``/``-arch`` flags, v
 and ``if()`` tests on an arch list (``"90a" IN_LIST CUDA_ARCHS``). Conditions that are not about
 the architecture (the CUDA version, the GPU language) are not gates; they guard gates and are
 recorded in the gate's ``depends_on``, each entry a CMake condition assumed true. Tests of the
-CUDA toolkit's version are evaluated for an assumed toolkit (`_Toolkit`): a branch it never takes
+CUDA toolkit's version are evaluated for an assumed toolkit (`Toolkit`): a branch it never takes
 gates nothing and defines no arch list; one it decides is recorded as ``assumes CUDA 13.0: … is true``.
 
 What an entry admits (compile-target semantics, the same targets the CUDA detector's lanes use):
@@ -44,23 +44,93 @@ Hostile files are bounded: blocks nested deeper than `MAX_NESTING` make the file
 analysis links commands across blocks, so the rest could not be read correctly either), a
 condition nested deeper than `MAX_CONDITION_DEPTH` is not parsed, a command with more than
 `MAX_ARGUMENTS` arguments is not read, and at most `MAX_PROBLEMS` syntax problems are listed.
+
+The syntax (tokenizer, blocks, ``if()`` conditions) is in `liftgate.detect.cmake_syntax`, the
+entries and what they admit in `liftgate.detect.cmake_archs`, the arch part of a condition and
+the toolkit's version tests in `liftgate.detect.cmake_conditions`; this module is the analysis.
+Besides the evidence, a gate carries typed facts: ``builds`` (a `BuildTarget` with every source
+its admitted block builds) and ``passes`` (each ``-DNAME[=VALUE]`` the block passes, a `BuildFlag`).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Literal
 
-from liftgate.arch.core import Arch, ArchSet, arch_data, universe
-from liftgate.arch.parse import UnknownArchError, resolve_arch
-from liftgate.detect.interface import Detection
-from liftgate.model import Confidence, ElseKind, Evidence, Gate, GateKind, Location, Skip, Span, gate_id
+from liftgate.arch.core import ArchSet, arch_data
+from liftgate.detect.cmake_archs import (
+    SPECIAL_VALUES,
+    ArchEntry,
+    Style,
+    admitted_by,
+    capability_archs,
+    compile_admitted,
+    describe_entry,
+    exact_admitted,
+    loose_admitted,
+    parse_entry,
+    special_admitted,
+)
+from liftgate.detect.cmake_conditions import DEFAULT_CUDA_VERSION, ArchTest, Toolkit, evaluate_arch
+from liftgate.detect.cmake_syntax import (
+    MAX_ARGUMENTS,
+    MAX_CONDITION_DEPTH,
+    MAX_NESTING,
+    Argument,
+    Branch,
+    Command,
+    Cond,
+    IfBlock,
+    Node,
+    Scope,
+    TooDeep,
+    build_blocks,
+    collapse,
+    display,
+    list_items,
+    parse_condition,
+    tokenize,
+    unescape,
+    walk,
+)
+from liftgate.detect.interface import Detection, GateSink, not_analysed
+from liftgate.model import BuildFlag, BuildTarget, Confidence, ElseKind, Evidence, Gate, GateKind, Skip, Span
+
+__all__ = [
+    "CMAKE_PREFILTER",
+    "DEFAULT_CUDA_VERSION",
+    "MAX_ARGUMENTS",
+    "MAX_CONDITION_DEPTH",
+    "MAX_NESTING",
+    "MAX_PROBLEMS",
+    "ArchEntry",
+    "Argument",
+    "Branch",
+    "Command",
+    "Cond",
+    "IfBlock",
+    "Node",
+    "Scope",
+    "build_blocks",
+    "build_flags",
+    "compile_admitted",
+    "detect_cmake",
+    "exact_admitted",
+    "is_arch_variable",
+    "is_cmake_file",
+    "loose_admitted",
+    "parse_condition",
+    "parse_entry",
+    "special_admitted",
+    "tokenize",
+]
+
+# The condition text of a parsed condition, under its former private name (tests build conditions with it).
+_display = display
+
 
 # Every construct this detector reports names an architecture through a word containing "arch":
 # CUDA_ARCHITECTURES, *_ARCHS, TORCH_CUDA_ARCH_LIST, -gencode arch=…, -arch=…, cuda_archs_*().
@@ -75,548 +145,7 @@ def is_cmake_file(path: str) -> bool:
 
 _CONDITION_LIMIT = 240
 _SHOWN_ITEMS = 6
-# Bounds far above real build files (vLLM's and FlashInfer's nest blocks 5 deep, their longest
-# command has a few hundred arguments, their deepest if() has 3 levels of parentheses).
-MAX_NESTING = 100
-MAX_CONDITION_DEPTH = 100
-MAX_ARGUMENTS = 100_000
-MAX_PROBLEMS = 100
-
-# --------------------------------------------------------------------------------------------
-# Tokenizer
-# --------------------------------------------------------------------------------------------
-
-Quoting = Literal["unquoted", "quoted", "bracket"]
-
-_WS = re.compile(r"[ \t\r\n\f\v]+")
-_HSPACE = re.compile(r"[ \t]*")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_BRACKET_OPEN = re.compile(r"\[(=*)\[")
-_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)
-_UNQUOTED = re.compile(r'(?:[^ \t\r\n\f\v()#"\\]|\\.)+', re.S)
-_ESCAPE = re.compile(r"\\(.)", re.S)
-_REFERENCE = re.compile(r"\$(?:\{|ENV\{|CACHE\{|<)")
-_PLAIN_RUN = re.compile(r'[^()"#\[\\]+')  # text with nothing that opens or closes anything
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\n": "", ";": "\\;", "0": "\0"}
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    return _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(1)), text)
-
-
-@dataclass(frozen=True, slots=True)
-class Argument:
-    """One argument of a command: its value after escapes, how it was quoted, and its source text."""
-
-    value: str
-    quoting: Quoting
-    line: int
-    raw: str
-
-    @property
-    def has_reference(self) -> bool:
-        """Whether the value depends on a variable, the environment or a generator expression."""
-        return self.quoting != "bracket" and _REFERENCE.search(self.value) is not None
-
-    def is_word(self, *words: str) -> bool:
-        return self.quoting == "unquoted" and self.value in words
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One command invocation ``name(args)``; ``name`` is lower-cased (CMake ignores its case)."""
-
-    name: str
-    spelled: str
-    args: tuple[Argument, ...]
-    line: int
-    end_line: int
-
-    def render(self) -> str:
-        """The command as written, whitespace collapsed and comments left out."""
-        return " ".join(f"{self.spelled}({' '.join(a.raw for a in self.args)})".split())
-
-
-class _SyntaxProblem(Exception):
-    def __init__(self, offset: int, message: str) -> None:
-        super().__init__(message)
-        self.offset = offset
-        self.message = message
-
-
-class _TooDeep(Exception):
-    """Blocks nested deeper than MAX_NESTING: the file is not analysed."""
-
-    def __init__(self, line: int) -> None:
-        super().__init__(
-            f"blocks nested deeper than {MAX_NESTING} at line {line}: gates in this file are not reported"
-        )
-
-
-class _Lines:
-    def __init__(self, text: str) -> None:
-        self._newlines = [m.start() for m in re.finditer("\n", text)]
-
-    def line(self, offset: int) -> int:
-        return bisect.bisect_left(self._newlines, offset) + 1
-
-    def next_line_start(self, offset: int) -> int:
-        i = bisect.bisect_left(self._newlines, offset)
-        return self._newlines[i] + 1 if i < len(self._newlines) else -1
-
-
-def _skip_comment(text: str, pos: int) -> int:
-    """The offset after the comment starting with ``#`` at ``pos``."""
-    bracket = _BRACKET_OPEN.match(text, pos + 1)
-    if bracket:
-        close = "]" + bracket.group(1) + "]"
-        end = text.find(close, bracket.end())
-        if end < 0:
-            raise _SyntaxProblem(pos, "unterminated bracket comment")
-        return end + len(close)
-    end = text.find("\n", pos)
-    return len(text) if end < 0 else end
-
-
-class _Arguments(list[Argument]):
-    """A command's arguments, kept up to MAX_ARGUMENTS; ``dropped`` counts the others."""
-
-    dropped = 0
-
-    def append(self, argument: Argument) -> None:
-        if len(self) < MAX_ARGUMENTS:
-            super().append(argument)
-        else:
-            self.dropped += 1
-
-
-def _arguments(text: str, pos: int, start: int, lines: _Lines) -> tuple[_Arguments, int]:
-    """The arguments from ``pos`` (just after ``(``) to the matching ``)``, and the offset after it.
-
-    Past MAX_ARGUMENTS the rest are read (to find the end) but not kept: the caller drops the command.
-    """
-    args = _Arguments()
-    depth = 0
-    n = len(text)
-    while True:
-        space = _WS.match(text, pos)
-        if space:
-            pos = space.end()
-        if len(args) >= MAX_ARGUMENTS and (plain := _PLAIN_RUN.match(text, pos)):
-            args.dropped += 1  # past the limit: skim plain text, only to find the closing ')'
-            pos = plain.end()
-            continue
-        if pos >= n:
-            raise _SyntaxProblem(start, "the command has no closing ')'")
-        ch = text[pos]
-        if ch == ")":
-            if depth == 0:
-                return args, pos + 1
-            depth -= 1
-            args.append(Argument(")", "unquoted", lines.line(pos), ")"))
-            pos += 1
-        elif ch == "(":
-            depth += 1
-            args.append(Argument("(", "unquoted", lines.line(pos), "("))
-            pos += 1
-        elif ch == "#":
-            pos = _skip_comment(text, pos)
-        elif ch == '"':
-            quoted = _QUOTED.match(text, pos)
-            if quoted is None:
-                raise _SyntaxProblem(pos, "unterminated quoted argument")
-            args.append(Argument(_unescape(quoted.group(1)), "quoted", lines.line(pos), quoted.group(0)))
-            pos = quoted.end()
-        elif ch == "[" and (bracket := _BRACKET_OPEN.match(text, pos)):
-            close = "]" + bracket.group(1) + "]"
-            end = text.find(close, bracket.end())
-            if end < 0:
-                raise _SyntaxProblem(pos, "unterminated bracket argument")
-            content = text[bracket.end() : end]
-            content = content[2:] if content.startswith("\r\n") else content.removeprefix("\n")
-            args.append(Argument(content, "bracket", lines.line(pos), text[pos : end + len(close)]))
-            pos = end + len(close)
-        else:
-            begin = pos
-            parts: list[str] = []
-            while pos < n:
-                run = _UNQUOTED.match(text, pos)
-                if run:
-                    parts.append(_unescape(run.group(0)))
-                    pos = run.end()
-                elif text[pos] == '"' and pos > begin:
-                    # Legacy unquoted argument with a quoted part, e.g. -DNAME="a b": one argument.
-                    quoted = _QUOTED.match(text, pos)
-                    if quoted is None:
-                        raise _SyntaxProblem(pos, "unterminated quoted part of an argument")
-                    parts.append(quoted.group(0))
-                    pos = quoted.end()
-                else:
-                    break
-            if pos == begin:
-                raise _SyntaxProblem(pos, f"unexpected {text[pos]!r} in the arguments")
-            args.append(Argument("".join(parts), "unquoted", lines.line(begin), text[begin:pos]))
-
-
-def tokenize(text: str) -> tuple[list[Command], list[tuple[int, str]]]:
-    """The commands of a CMake file and the syntax problems met, as ``(line, reason)``.
-
-    Text that is not a command is reported and skipped up to the next line; an unterminated
-    argument or command ends the file there (what came before is kept).
-    """
-    lines = _Lines(text)
-    commands: list[Command] = []
-    problems: list[tuple[int, str]] = []
-    pos, n = 0, len(text)
-    while pos < n:
-        space = _WS.match(text, pos)
-        if space:
-            pos = space.end()
-            continue
-        try:
-            if text[pos] == "#":
-                pos = _skip_comment(text, pos)
-                continue
-            ident = _IDENT.match(text, pos)
-            if ident:
-                paren = _HSPACE.match(text, ident.end())
-                after = paren.end() if paren else ident.end()
-                if after < n and text[after] == "(":
-                    args, end = _arguments(text, after + 1, pos, lines)
-                    name = ident.group(0)
-                    if args.dropped:
-                        problems.append(
-                            (
-                                lines.line(pos),
-                                f"{name}() has more than {MAX_ARGUMENTS:,} arguments: not read",
-                            )
-                        )
-                    else:
-                        commands.append(
-                            Command(name.lower(), name, tuple(args), lines.line(pos), lines.line(end - 1))
-                        )
-                    pos = end
-                    continue
-                problems.append((lines.line(pos), f"{ident.group(0)!r} is not followed by '('"))
-            else:
-                problems.append((lines.line(pos), f"unexpected {text[pos]!r} outside a command"))
-        except _SyntaxProblem as problem:
-            problems.append((lines.line(problem.offset), problem.message))
-            break
-        resume = lines.next_line_start(pos)
-        if resume < 0:
-            break
-        pos = resume
-    return commands, problems
-
-
-# --------------------------------------------------------------------------------------------
-# Blocks
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Branch:
-    """One branch of an ``if``: its head (``if``/``elseif``/``else``) and the commands under it."""
-
-    head: Command
-    body: list[Node] = field(default_factory=list)
-    last_line: int = 0  # the last line of its body
-
-
-@dataclass(eq=False)
-class IfBlock:
-    branches: list[Branch]
-    end: Command | None = None
-
-    @property
-    def end_line(self) -> int:
-        return self.end.line if self.end else self.branches[-1].last_line
-
-
-@dataclass(eq=False)
-class Scope:
-    """``function``/``macro``/``foreach``/``while``/``block`` and the commands under it."""
-
-    head: Command
-    body: list[Node] = field(default_factory=list)
-    end: Command | None = None
-
-
-Node = Command | IfBlock | Scope
-
-_SCOPE_ENDS = {
-    "function": "endfunction",
-    "macro": "endmacro",
-    "foreach": "endforeach",
-    "while": "endwhile",
-    "block": "endblock",
-}
-_ENDS = frozenset(_SCOPE_ENDS.values()) | {"endif"}
-
-
-def build_blocks(commands: list[Command], last_line: int) -> tuple[list[Node], list[tuple[int, str]]]:
-    """Nest commands into blocks; unbalanced block commands are reported and repaired."""
-    root: list[Node] = []
-    stack: list[IfBlock | Scope] = []
-    problems: list[tuple[int, str]] = []
-
-    def body() -> list[Node]:
-        if not stack:
-            return root
-        top = stack[-1]
-        return top.branches[-1].body if isinstance(top, IfBlock) else top.body
-
-    def close(block: IfBlock | Scope, end: Command | None) -> None:
-        block.end = end
-        if isinstance(block, IfBlock):
-            stop = end.line if end else last_line + 1
-            for branch, following in zip(block.branches, [*block.branches[1:], None], strict=True):
-                branch.last_line = (following.head.line if following else stop) - 1
-
-    for command in commands:
-        name = command.name
-        if (name == "if" or name in _SCOPE_ENDS) and len(stack) >= MAX_NESTING:
-            raise _TooDeep(command.line)
-        if name == "if":
-            block = IfBlock([Branch(command)])
-            body().append(block)
-            stack.append(block)
-        elif name in ("elseif", "else"):
-            top = stack[-1] if stack else None
-            if isinstance(top, IfBlock) and top.branches[-1].head.name != "else":
-                top.branches.append(Branch(command))
-            else:
-                problems.append((command.line, f"{name}() without a matching if()"))
-        elif name in _SCOPE_ENDS:
-            scope = Scope(command)
-            body().append(scope)
-            stack.append(scope)
-        elif name in _ENDS:
-            opener = "if" if name == "endif" else name[3:]
-            match = next((i for i in range(len(stack) - 1, -1, -1) if _opener(stack[i]) == opener), None)
-            if match is None:
-                problems.append((command.line, f"{name}() without a matching {opener}()"))
-                continue
-            for unclosed in stack[match + 1 :]:
-                problems.append((_head(unclosed).line, f"{_opener(unclosed)}() is closed by {name}()"))
-            while len(stack) > match + 1:
-                close(stack.pop(), None)
-            close(stack.pop(), command)
-        else:
-            body().append(command)
-    while stack:
-        unclosed = stack.pop()
-        problems.append((_head(unclosed).line, f"{_opener(unclosed)}() is never closed"))
-        close(unclosed, None)
-    return root, problems
-
-
-def _opener(block: IfBlock | Scope) -> str:
-    return "if" if isinstance(block, IfBlock) else block.head.name
-
-
-def _head(block: IfBlock | Scope) -> Command:
-    return block.branches[0].head if isinstance(block, IfBlock) else block.head
-
-
-def _walk(nodes: Iterable[Node]) -> Iterator[Command]:
-    """Every command under ``nodes``, block heads included, in file order."""
-    for node in nodes:
-        if isinstance(node, Command):
-            yield node
-        elif isinstance(node, IfBlock):
-            for branch in node.branches:
-                yield branch.head
-                yield from _walk(branch.body)
-        else:
-            yield node.head
-            yield from _walk(node.body)
-
-
-# --------------------------------------------------------------------------------------------
-# Arch entries and what they admit
-# --------------------------------------------------------------------------------------------
-
-Style = Literal["cmake", "torch", "loose", "exact"]
-
-_ENTRY = re.compile(r"^(?:(sm|compute|lto)_?)?(?:([0-9]{1,2})\.([0-9])|([0-9]{2,3}))([afAF]?)$")
-# Compute capabilities older than the known universe: their SASS admits nothing liftgate knows,
-# their PTX every baseline target.
-_OLD_CAPABILITIES = frozenset(
-    {(3, 0), (3, 2), (3, 5), (3, 7), (5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2)}
-)
-_SPECIAL_VALUES = frozenset({"all", "all-major", "native", "off"})
-
-
-@dataclass(frozen=True, slots=True)
-class ArchEntry:
-    """One entry of an arch list or gencode flag: the target and whether SASS and/or PTX is built."""
-
-    spelling: str
-    arch: Arch | None  # None: a capability older than liftgate's universe
-    cc: tuple[int, int]
-    sass: bool
-    ptx: bool
-    note: str | None = None
-
-
-def parse_entry(spelling: str, style: Style) -> ArchEntry | None:
-    """One arch-list entry in the given style, or None when it names no CUDA architecture."""
-    text = spelling.strip()
-    sass, ptx = True, style == "cmake"
-    lower = text.lower()
-    if lower.endswith("+ptx"):
-        text, sass, ptx = text[:-4].rstrip(), True, True
-    elif lower.endswith("-real"):
-        text, sass, ptx = text[:-5], True, False
-    elif lower.endswith("-virtual"):
-        text, sass, ptx = text[:-8], False, True
-    match = _ENTRY.match(text)
-    if match is None:
-        return None
-    prefix, major, minor, number, variant = match.groups()
-    if prefix and prefix.lower() == "compute":
-        sass, ptx = False, True
-    cc = (int(number) // 10, int(number) % 10) if number is not None else (int(major), int(minor))
-    variant = variant.lower()
-    resolved = _resolve(cc, variant)
-    if resolved is None:
-        if cc in _OLD_CAPABILITIES and not variant:
-            return ArchEntry(spelling, None, cc, sass, ptx)
-        return None
-    arch, note = resolved
-    return ArchEntry(spelling, arch, arch.cc, sass, ptx, note)
-
-
-@cache
-def _resolve(cc: tuple[int, int], variant: str) -> tuple[Arch, str | None] | None:
-    """The known target for a capability and variant (former names renamed), None when unknown.
-
-    Memoised: an unknown spelling costs resolve_arch a search for suggestions every time.
-    """
-    try:
-        resolution = resolve_arch(f"{cc[0]}.{cc[1]}{variant}")
-    except UnknownArchError:
-        return None
-    return resolution.arch, resolution.note
-
-
-def _where(predicate: Callable[[Arch], bool]) -> ArchSet:
-    return ArchSet(a for a in universe() if predicate(a))
-
-
-def _capability(cc: tuple[int, int]) -> ArchSet:
-    """Every target (all variants) of one compute capability."""
-    return _where(lambda a: a.cc == cc)
-
-
-@cache
-def _family_members(cc: tuple[int, int]) -> tuple[tuple[int, int], ...]:
-    cap = arch_data().capability(cc)
-    if cap is None or cap.family is None:
-        return (cc,)
-    return arch_data().families.get(cap.family, (cc,))
-
-
-def compile_admitted(entry: ArchEntry) -> ArchSet:
-    """The targets that code built for ``entry`` runs on (see the module docstring)."""
-    arch = entry.arch
-    if arch is None:
-        return _where(lambda a: a.variant == "") if entry.ptx else ArchSet.none()
-    if arch.variant == "a":
-        return ArchSet([arch])
-    if arch.variant == "f":
-        members = {m for m in _family_members(arch.cc) if m >= arch.cc}
-        return _where(lambda a: a.variant == "f" and a.cc in members)
-    admitted = ArchSet([arch]) if entry.sass else ArchSet.none()
-    if entry.ptx:
-        admitted |= _where(lambda a: a.variant == "" and a.cc >= arch.cc)
-    return admitted
-
-
-def loose_admitted(entry: ArchEntry) -> ArchSet:
-    """What a SRC entry of vLLM's ``cuda_archs_loose_intersection`` admits (module docstring)."""
-    arch = entry.arch
-    if arch is None:
-        return ArchSet.all() if entry.ptx else ArchSet.none()
-    if arch.variant == "a":
-        return _capability(arch.cc)
-    if arch.variant == "f":
-        members = {m for m in _family_members(arch.cc) if m >= arch.cc}
-        return _where(lambda a: a.cc in members)
-    if entry.ptx:
-        return _where(lambda a: a.cc >= arch.cc)
-    return _where(lambda a: a.major == arch.major and a.cc >= arch.cc)
-
-
-def exact_admitted(entry: ArchEntry) -> ArchSet:
-    """What an entry of a plain (not loose) intersection admits: its capability, any variant."""
-    arch = entry.arch
-    if arch is None:
-        return ArchSet.all() if entry.ptx else ArchSet.none()
-    if entry.ptx and not arch.variant:
-        return _where(lambda a: a.cc >= arch.cc)
-    return _where(lambda a: a.cc == arch.cc)
-
-
-def special_admitted(value: str) -> tuple[ArchSet, ArchSet, str]:
-    """(admitted, unknown, assumption) of CMake's/nvcc's ``all``, ``all-major``, ``native`` and ``OFF``."""
-    if value in ("native", "off"):
-        why = (
-            "the GPUs of the machine that runs the build"
-            if value == "native"
-            else "nvcc's default architecture (CMake passes none)"
-        )
-        return ArchSet.none(), ArchSet.all(), f"{value}: {why}"
-    baseline = [a for a in universe() if not a.variant]
-    newest_major = max(a.major for a in baseline)
-    # all: SASS for every arch and PTX for the newest; all-major: SASS for X.0 and PTX for the newest major.
-    admitted = ArchSet(a for a in baseline if value == "all" or a.minor == 0 or a.major == newest_major)
-    return (
-        admitted,
-        ArchSet.none(),
-        f"{value}: the architectures the CUDA toolkit supports (taken as those liftgate knows)",
-    )
-
-
-def _admitted(entry: ArchEntry, style: Style) -> ArchSet:
-    if style == "loose":
-        return loose_admitted(entry)
-    if style == "exact":
-        return exact_admitted(entry)
-    return compile_admitted(entry)
-
-
-def _describe(entry: ArchEntry, style: Style) -> str:
-    """One entry and what it builds, for evidence: ``90: SASS sm_90 + PTX compute_90 (JIT on later GPUs)``."""
-    cc = f"{entry.cc[0]}.{entry.cc[1]}"
-    arch = entry.arch
-    if style in ("loose", "exact"):
-        if arch is not None and arch.variant == "f" and style == "loose":
-            text = f"{entry.spelling}: built when {cc} or (vLLM 0.34+) a later arch of its family is built"
-        elif arch is not None and arch.variant:
-            text = f"{entry.spelling}: built as {arch.name} when {cc} is built"
-        elif entry.ptx:
-            text = f"{entry.spelling}: SASS and PTX, taken for every built arch from {cc} up"
-        elif style == "loose":
-            text = f"{entry.spelling}: SASS, taken for every built {entry.cc[0]}.x from {cc} up"
-        else:
-            text = f"{entry.spelling}: SASS, taken when {cc} is built"
-    elif arch is None:
-        text = f"{entry.spelling}: compute capability {cc}, older than every known target" + (
-            ", as PTX (JIT on every later GPU)" if entry.ptx else ""
-        )
-    else:
-        built = [f"SASS {arch.name}"] if entry.sass else []
-        if entry.ptx:
-            later = " (JIT on later GPUs)" if not arch.variant else ""
-            built.append(f"PTX compute_{arch.number}{arch.variant}{later}")
-        text = f"{entry.spelling}: {' + '.join(built)}"
-    return f"{text} ({entry.note})" if entry.note else text
-
+MAX_PROBLEMS = 100  # syntax problems listed per file
 
 # --------------------------------------------------------------------------------------------
 # Names and flags
@@ -674,13 +203,6 @@ def is_arch_variable(name: str) -> bool:
     return not any(part in _NOT_CUDA_PARTS for part in name.upper().split("_"))
 
 
-def _list_items(values: Iterable[str]) -> list[str]:
-    items: list[str] = []
-    for value in values:
-        items.extend(item for item in re.split(r"(?<!\\);|[\s,]+", value) if item)
-    return items
-
-
 def _refs(value: str) -> list[str]:
     """Names referenced in ``value`` (``$ENV{X}`` as ``ENV{X}``, generator expressions as ``$<>``)."""
     found: list[str] = []
@@ -713,286 +235,8 @@ def _shorten(items: list[str]) -> str:
     return shown + (f" and {len(items) - _SHOWN_ITEMS} more" if len(items) > _SHOWN_ITEMS else "")
 
 
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _truncate(text: str) -> str:
     return text if len(text) <= _CONDITION_LIMIT else text[: _CONDITION_LIMIT - 1].rstrip() + "…"
-
-
-# --------------------------------------------------------------------------------------------
-# Conditions
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Cond:
-    op: Literal["atom", "not", "and", "or"]
-    text: str
-    children: list[Cond] = field(default_factory=list)
-    args: tuple[Argument, ...] = ()
-
-
-def _display(args: Iterable[Argument]) -> str:
-    return _collapse(" ".join(a.raw for a in args)).replace("( ", "(").replace(" )", ")")
-
-
-def parse_condition(args: tuple[Argument, ...]) -> Cond | None:
-    """An ``if()`` condition as a tree; CMake gives AND and OR one precedence, left to right.
-
-    None when it cannot be parsed, or nests NOT and parentheses deeper than MAX_CONDITION_DEPTH.
-    """
-    pos = 0
-    depth = 0
-
-    def is_op(i: int, *words: str) -> bool:
-        return i < len(args) and args[i].is_word(*words)
-
-    def unary() -> Cond | None:
-        nonlocal pos, depth
-        if is_op(pos, "NOT", "("):
-            if depth >= MAX_CONDITION_DEPTH:
-                return None
-            depth += 1
-            try:
-                return nested()
-            finally:
-                depth -= 1
-        start = pos
-        while pos < len(args) and not is_op(pos, "AND", "OR", ")") and not (pos > start and is_op(pos, "(")):
-            pos += 1
-        if pos == start:
-            return None
-        return Cond("atom", _display(args[start:pos]), args=args[start:pos])
-
-    def nested() -> Cond | None:
-        nonlocal pos
-        if is_op(pos, "NOT"):
-            start = pos
-            pos += 1
-            child = unary()
-            if child is None:
-                return None
-            return Cond("not", _display(args[start:pos]), [child])
-        start = pos
-        pos += 1
-        inner = expression()
-        if inner is None or not is_op(pos, ")"):
-            return None
-        pos += 1
-        inner.text = _display(args[start + 1 : pos - 1])
-        return inner
-
-    def expression() -> Cond | None:
-        nonlocal pos
-        start = pos
-        left = unary()
-        # A chain of one operator grows one node in place; its text is made when it is complete
-        # (once, not at every operand: a 100,000-operand AND chain stays linear).
-        chain: Cond | None = None
-        end = pos
-        while left is not None and is_op(pos, "AND", "OR"):
-            op: Literal["and", "or"] = "and" if args[pos].value == "AND" else "or"
-            pos += 1
-            right = unary()
-            if right is None:
-                return None
-            if chain is not None and chain.op == op:
-                chain.children.append(right)
-            else:
-                if chain is not None:
-                    chain.text = _display(args[start:end])
-                children = left.children if left.op == op else [left]
-                chain = left = Cond(op, "", [*children, right])
-            end = pos
-        if chain is not None:
-            chain.text = _display(args[start:end])
-        return left
-
-    tree = expression()
-    if tree is None or pos != len(args):
-        return None
-    return tree
-
-
-@dataclass
-class _ArchTest:
-    """The arch part of a condition: targets for which it holds, and what was assumed of the rest."""
-
-    admitted: ArchSet
-    deps: list[str]
-    inferred: bool
-    tests: int  # arch tests proper (IN_LIST, MATCHES, STREQUAL on an arch list)
-
-
-AtomFn = Callable[[Cond], "tuple[ArchSet, bool, str | None] | None"]
-NoteFn = Callable[[Cond, bool], "str | None"]
-
-
-def _evaluate(cond: Cond, atom: AtomFn, note: NoteFn | None = None) -> _ArchTest | None:
-    """The arch part of ``cond``, None when it has none.
-
-    Parts that are not about the architecture take the value that lets the arch part decide:
-    true under AND, false under OR; each is recorded with that assumption (``note`` words it
-    when it can, e.g. for a toolkit-version test that the assumed toolkit decides).
-    """
-    if cond.op == "atom":
-        found = atom(cond)
-        if found is None:
-            return None
-        admitted, inferred, out = found
-        return _ArchTest(admitted, [], inferred, 0 if out else 1)
-    if cond.op == "not":
-        inner = _evaluate(cond.children[0], atom, note)
-        if inner is None:
-            return None
-        inner.admitted = ~inner.admitted
-        return inner
-    results = [_evaluate(child, atom, note) for child in cond.children]
-    arch_parts = [r for r in results if r is not None]
-    if not arch_parts:
-        return None
-    admitted = arch_parts[0].admitted
-    for part in arch_parts[1:]:
-        admitted = admitted & part.admitted if cond.op == "and" else admitted | part.admitted
-    deps: list[str] = []
-    for child, result in zip(cond.children, results, strict=True):
-        if result is None:
-            noted = note(child, cond.op == "and") if note else None
-            deps.append(noted or (child.text if cond.op == "and" else f"NOT ({child.text})"))
-        else:
-            deps.extend(result.deps)
-    return _ArchTest(
-        admitted,
-        deps,
-        any(p.inferred for p in arch_parts),
-        sum(p.tests for p in arch_parts),
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Toolkit-version conditions
-# --------------------------------------------------------------------------------------------
-
-DEFAULT_CUDA_VERSION = (13, 0)
-_TOOLKIT_VERSIONS = ("CMAKE_CUDA_COMPILER_VERSION", "CUDA_VERSION", "CUDAToolkit_VERSION")
-_TOOLKIT_PARTS: dict[str, Literal["full", "major", "minor"]] = {
-    **{name: "full" for name in _TOOLKIT_VERSIONS},
-    **{f"{name}_MAJOR": "major" for name in _TOOLKIT_VERSIONS},
-    **{f"{name}_MINOR": "minor" for name in _TOOLKIT_VERSIONS},
-}
-# The orderings (toolkit vs literal: -1, 0, 1) for which each comparison holds.
-_ORDERINGS: dict[str, frozenset[int]] = {
-    "LESS": frozenset({-1}),
-    "GREATER": frozenset({1}),
-    "EQUAL": frozenset({0}),
-    "LESS_EQUAL": frozenset({-1, 0}),
-    "GREATER_EQUAL": frozenset({0, 1}),
-}
-_FLIPPED = {
-    "LESS": "GREATER",
-    "GREATER": "LESS",
-    "LESS_EQUAL": "GREATER_EQUAL",
-    "GREATER_EQUAL": "LESS_EQUAL",
-}
-_VERSION_LITERAL = re.compile(r"^[0-9]+(?:\.[0-9]+)*$")
-_NUMBER_LITERAL = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
-_WHOLE_REF = re.compile(r"^\$\{(\w+)\}$")
-
-
-def _sign(a: float, b: float) -> int:
-    return (a > b) - (a < b)
-
-
-class _Toolkit:
-    """Evaluates ``if()`` conditions on the CUDA toolkit version under an assumed ``major.minor``.
-
-    Only comparisons of ``CMAKE_CUDA_COMPILER_VERSION``, ``CUDA_VERSION`` or ``CUDAToolkit_VERSION``
-    (or their ``_MAJOR``/``_MINOR``) with a literal number, and ``DEFINED`` of them, are read; a
-    variable the file sets itself is not. The patch level is unknown (nvcc 13.0 is 13.0.x), so
-    ``VERSION_GREATER 13.0`` is not decided under 13.0 while ``VERSION_GREATER_EQUAL 13.0`` is.
-    """
-
-    def __init__(self, cuda_version: tuple[int, int], nodes: list[Node]) -> None:
-        self.cuda_version = cuda_version
-        self.prefix = f"assumes CUDA {cuda_version[0]}.{cuda_version[1]}"
-        self.own: set[str] = set()  # toolkit variables the file sets itself: not evaluated
-        for command in _walk(nodes):
-            if command.name in ("set", "unset", "list", "string", "math"):
-                self.own.update(a.value for a in command.args[:2] if a.value in _TOOLKIT_PARTS)
-
-    def _variable(self, arg: Argument) -> str | None:
-        if arg.quoting == "bracket":
-            return None
-        match = _WHOLE_REF.match(arg.value)
-        name = match.group(1) if match else arg.value if arg.quoting == "unquoted" else None
-        return name if name in _TOOLKIT_PARTS and name not in self.own else None
-
-    def _orderings(self, part: str, literal: str, version: bool) -> frozenset[int] | None:
-        """The possible orderings of the toolkit's ``part`` against ``literal``, None if unreadable."""
-        major, minor = self.cuda_version
-        if part == "full":
-            if not version or not _VERSION_LITERAL.match(literal):
-                return None
-            items = [int(x) for x in literal.split(".")]
-            head = (items[0], items[1] if len(items) > 1 else 0)
-            if (major, minor) != head:
-                return frozenset({1 if (major, minor) > head else -1})
-            # Equal up to the minor: the patch level is unknown (0 or more).
-            return frozenset({0, 1}) if not any(items[2:]) else frozenset({-1, 0, 1})
-        value = major if part == "major" else minor
-        if version:
-            if not _VERSION_LITERAL.match(literal):
-                return None
-            items = [int(x) for x in literal.split(".")]
-            first = _sign(value, items[0])
-            return frozenset({first if first or not any(items[1:]) else -1})
-        if not _NUMBER_LITERAL.match(literal):
-            return None
-        return frozenset({_sign(value, float(literal))})
-
-    def atom(self, cond: Cond) -> bool | None:
-        args = cond.args
-        if len(args) == 2 and args[0].is_word("DEFINED"):
-            return True if args[1].quoting == "unquoted" and self._variable(args[1]) else None
-        if len(args) != 3 or args[1].quoting != "unquoted":
-            return None
-        left, op, right = args[0], args[1].value, args[2]
-        version = op.startswith("VERSION_")
-        op = op.removeprefix("VERSION_")
-        if op not in _ORDERINGS:
-            return None
-        name = self._variable(left)
-        literal = right
-        if name is None:
-            name, literal, op = self._variable(right), left, _FLIPPED.get(op, op)
-        if name is None or literal.has_reference:
-            return None
-        possible = self._orderings(_TOOLKIT_PARTS[name], literal.value, version)
-        if possible is None:
-            return None
-        holds = _ORDERINGS[op]
-        return True if possible <= holds else False if not possible & holds else None
-
-    def value(self, cond: Cond) -> bool | None:
-        """True or False when the toolkit decides ``cond``, None when it does not."""
-        if cond.op == "atom":
-            return self.atom(cond)
-        if cond.op == "not":
-            inner = self.value(cond.children[0])
-            return None if inner is None else not inner
-        values = [self.value(c) for c in cond.children]
-        decisive = cond.op == "or"  # the value that decides an OR (True) or an AND (False)
-        if decisive in values:
-            return decisive
-        return None if None in values else not decisive
-
-    def note(self, cond: Cond, want: bool) -> str | None:
-        """The assumption that ``cond`` has the value ``want``, when the toolkit decides it so."""
-        if self.value(cond) is not want:
-            return None
-        return f"{self.prefix}: {cond.text} is {'true' if want else 'false'}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1011,11 +255,16 @@ class _Frame:
 
 @dataclass
 class _Summary:
-    """What a branch does: sources it builds, defines it adds, messages it prints."""
+    """What a branch does: sources it builds, defines it adds, messages it prints.
+
+    ``defines`` are the ``-D`` list items, for the evidence; ``flags`` every ``-D`` the block's
+    commands pass, with its line (messages and block heads included, several in one string too).
+    """
 
     sources: list[str] = field(default_factory=list)
     defines: list[str] = field(default_factory=list)
     messages: list[tuple[str, str, int]] = field(default_factory=list)  # (mode, text, line)
+    flags: list[BuildFlag] = field(default_factory=list)
 
     @property
     def fatal(self) -> bool:
@@ -1041,20 +290,66 @@ _MESSAGE_MODES = frozenset(
 )
 
 
+# -DNAME or -DNAME=VALUE in an argument's text (also -D NAME, which compilers take); a value ends
+# at whitespace or a list separator, and may hold quoted parts and escapes.
+_VALUE = r'(?:=((?:\\.|"(?:[^"\\]|\\.)*"|[^\s;"\\])*))?'
+_BUILD_FLAG = re.compile(r"-D\s*([A-Za-z_]\w*)" + _VALUE)
+_BARE_D = re.compile(r"-D\s*$")  # "-D" alone: the name is the next argument
+_FLAG_NAME = re.compile(r"\s*([A-Za-z_]\w*)" + _VALUE)
+
+
+def _text(arg: Argument) -> tuple[str, int]:
+    """An argument's text as written, inside its quotes or brackets, and where it starts in ``raw``."""
+    if arg.quoting == "quoted":
+        return arg.raw[1:-1], 1
+    if arg.quoting == "bracket":  # [==[ content ]==], a newline right after the opener dropped
+        start = arg.raw.index("[", 1) + 1
+        start += 2 if arg.raw.startswith("\r\n", start) else 1 if arg.raw.startswith("\n", start) else 0
+        return arg.value, start
+    return arg.raw, 0
+
+
+def build_flags(command: Command, path: str) -> list[BuildFlag]:
+    """Every ``-DNAME[=VALUE]`` in a command's arguments, with its line, in order.
+
+    Several flags in one argument (``"-DA=1 -DB"``) are each found, and ``-D NAME`` over two
+    arguments too. The value is as CMake reads it (escapes resolved), None without ``=``.
+    """
+    flags: list[BuildFlag] = []
+
+    def flag(arg: Argument, m: re.Match[str], line: int) -> BuildFlag:
+        value = m.group(2)
+        if value is not None and arg.quoting != "bracket":
+            value = unescape(value)
+        return BuildFlag(m.group(1), value, path, line)
+
+    args = command.args
+    for k, arg in enumerate(args):
+        text, base = _text(arg)
+        for m in _BUILD_FLAG.finditer(text):
+            flags.append(flag(arg, m, arg.line + arg.raw.count("\n", 0, base + m.start())))
+        bare = _BARE_D.search(text)
+        if bare is not None and k + 1 < len(args):
+            name = _FLAG_NAME.match(_text(args[k + 1])[0])
+            if name is not None:
+                flags.append(flag(args[k + 1], name, arg.line + arg.raw.count("\n", 0, base + bare.start())))
+    return flags
+
+
 def _summarize(nodes: Iterable[Node]) -> _Summary:
     summary = _Summary()
-    for command in _walk(nodes):
+    for command in walk(nodes):
         if command.name == "message":
             args = command.args
             has_mode = bool(args) and args[0].is_word(*_MESSAGE_MODES)
             mode = args[0].value if has_mode else "NOTICE"
             text = "".join(a.value for a in args[1 if has_mode else 0 :])
-            summary.messages.append((mode, _collapse(text), command.line))
+            summary.messages.append((mode, collapse(text), command.line))
             continue
         if command.name in ("if", "elseif", "else", "while", "function", "macro"):
             continue
         for arg in command.args:
-            for item in _list_items([arg.value]):
+            for item in list_items([arg.value]):
                 if _SOURCE_FILE.search(item) and item not in summary.sources:
                     summary.sources.append(item)
                 elif _DEFINE_FLAG.match(item) and item not in summary.defines:
@@ -1079,6 +374,8 @@ class _Intersection:
     then_span: Span | None = None
     else_span: Span | None = None
     gate: str | None = None
+    builds: tuple[BuildTarget, ...] = ()  # what the block if(OUT) admits builds
+    passes: tuple[BuildFlag, ...] = ()  # the -D flags that block passes
 
 
 def _extension_deps(info: _Intersection) -> list[str]:
@@ -1086,13 +383,12 @@ def _extension_deps(info: _Intersection) -> list[str]:
 
 
 class _Analyzer:
-    def __init__(self, package: str, version: str | None, path: str, toolkit: _Toolkit | None = None) -> None:
+    def __init__(self, package: str, version: str | None, path: str, toolkit: Toolkit | None = None) -> None:
         self.package = package
         self.version = version
         self.path = path
-        self.gates: list[Gate] = []
+        self.sink = GateSink(GateKind.CMAKE, package, version, path)
         self.skips: list[Skip] = []
-        self.occurrences: dict[tuple[str, tuple[str, ...]], int] = {}
         self.intersections: dict[int, _Intersection] = {}  # id(command) ->
         self.consumers: dict[int, list[_Intersection]] = {}  # id(IfBlock) -> the intersections it tests
         self.src_uses: dict[str, list[_Intersection]] = {}  # variable -> intersections taking it as SRC
@@ -1104,6 +400,7 @@ class _Analyzer:
         self.toolkit = toolkit
         self.decided: dict[int, bool] = {}  # id(Branch) -> its condition's value under the toolkit
         self.untaken: set[int] = set()  # id(Branch) of branches the assumed toolkit never takes
+        self.pruned: dict[int, list[Node]] = {}  # id(Branch) -> the body that pruning emptied
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -1123,37 +420,33 @@ class _Analyzer:
         else_kind: ElseKind = ElseKind.NONE,
         then_span: Span | None = None,
         else_span: Span | None = None,
+        builds: Iterable[BuildTarget] = (),
+        passes: Iterable[BuildFlag] = (),
     ) -> Gate | None:
         """Record a gate for ``command`` unless it admits every target (then it gates nothing)."""
         unknown = unknown - admitted
         if admitted == ArchSet.all():
             return None  # lets every target through: gates nothing
         norm = command.render()
-        scope = tuple(f.label for f in frames)
-        key = (norm, scope)
-        occurrence = self.occurrences.get(key, 0)
-        self.occurrences[key] = occurrence + 1
         deps = [d for f in frames for d in f.deps]
         deps.extend(depends_on)
-        gate = Gate(
-            id=gate_id(GateKind.CMAKE, self.package, self.path, norm, scope, occurrence),
-            kind=GateKind.CMAKE,
-            location=Location(self.package, self.version, self.path, Span(command.line, command.end_line)),
+        return self.sink.gate(
+            self.sink.identify(norm, tuple(f.label for f in frames)),
+            span=Span(command.line, command.end_line),
             condition=_truncate(norm),
             admitted=admitted,
             unknown=unknown,
-            host=None,
             then_span=then_span,
             else_span=else_span,
             else_kind=else_kind,
             confidence=confidence,
-            evidence=tuple(evidence),
+            evidence=evidence,
             depends_on=tuple(dict.fromkeys(deps)),
             directive=command.name,
             enclosing=tuple(dict.fromkeys(g for f in frames for g in f.gates)),
+            builds=tuple(builds),
+            passes=tuple(dict.fromkeys(passes)),
         )
-        self.gates.append(gate)
-        return gate
 
     # -- pass 0: branches the assumed toolkit never takes -------------------------------------
 
@@ -1176,11 +469,42 @@ class _Analyzer:
                             if not value:
                                 self.untaken.add(id(branch))
                     if id(branch) in self.untaken:
+                        self.pruned[id(branch)] = branch.body
                         branch.body = []
                     else:
                         self.prune(branch.body)
             elif isinstance(node, Scope):
                 self.prune(node.body)
+
+    def _commands(self, nodes: Iterable[Node]) -> Iterator[Command]:
+        """Every command under ``nodes`` as written, block heads and pruned branches included."""
+        for node in nodes:
+            if isinstance(node, Command):
+                yield node
+            elif isinstance(node, IfBlock):
+                for branch in node.branches:
+                    yield branch.head
+                    yield from self._commands(self.pruned.get(id(branch), branch.body))
+            else:
+                yield node.head
+                yield from self._commands(node.body)
+
+    def _summarize_block(self, nodes: Iterable[Node], heads: Iterable[Command] = ()) -> _Summary:
+        """What ``nodes`` do (`_summarize`), with every ``-D`` flag that they, or ``heads``, pass.
+
+        The flags of branches the assumed toolkit never takes count: the block passes them under
+        another toolkit, and a host gate compiled under one is linked whichever toolkit is assumed.
+        """
+        nodes = list(nodes)
+        summary = _summarize(nodes)
+        for command in [*heads, *self._commands(nodes)]:
+            summary.flags.extend(build_flags(command, self.path))
+        summary.flags.sort(key=lambda f: f.line)
+        return summary
+
+    def _target(self, name: str | None, summary: _Summary, line: int) -> BuildTarget:
+        """The `BuildTarget` fact of a block: every source it names, as written."""
+        return BuildTarget("CMake target", name, tuple(summary.sources), False, self.path, line)
 
     def _note(self, cond: Cond, want: bool) -> str | None:
         return self.toolkit.note(cond, want) if self.toolkit else None
@@ -1199,7 +523,7 @@ class _Analyzer:
     # -- pass 1: who defines and who uses which arch list -----------------------------------
 
     def survey(self, nodes: list[Node]) -> None:
-        for command in _walk(nodes):
+        for command in walk(nodes):
             args = command.args
             if command.name in _INTERSECTIONS and len(args) >= 2:
                 info = _Intersection(command, _INTERSECTIONS[command.name], args[0].value, args[1])
@@ -1212,7 +536,7 @@ class _Analyzer:
             name, items = target
             if any(not a.has_reference for a in items):
                 self.definitions.setdefault(name, []).append(command)
-            if any(re.match(r"^[0-9]{1,2}\.[0-9]", item) for item in _list_items(a.value for a in items)):
+            if any(re.match(r"^[0-9]{1,2}\.[0-9]", item) for item in list_items(a.value for a in items)):
                 self.dotted.add(name)
             uses = (
                 self.cmake_uses
@@ -1279,7 +603,7 @@ class _Analyzer:
         cached = self._assigned_cache.get(id(node))
         if cached is None:
             names: set[str] = set()
-            for command in [node] if isinstance(node, Command) else _walk([node]):
+            for command in [node] if isinstance(node, Command) else walk([node]):
                 args = command.args
                 if command.name == "set" and args:
                     names.add(args[0].value)
@@ -1347,7 +671,7 @@ class _Analyzer:
                             return True
                 elif node.head.name in ("function", "macro"):
                     continue
-                if out in self._assigned(node) and any(self._changes(info, c) for c in _walk([node])):
+                if out in self._assigned(node) and any(self._changes(info, c) for c in walk([node])):
                     return False
         return False
 
@@ -1356,7 +680,7 @@ class _Analyzer:
         reference = "${" + info.out + "}"
         uses: list[Command] = []
         for nodes in following:
-            for command in _walk(nodes):
+            for command in walk(nodes):
                 if info.out in self._assigned(command) and self._redefines(command, info.out):
                     break
                 if command.name not in ("message", "if", "elseif") and any(
@@ -1391,23 +715,26 @@ class _Analyzer:
                 return marker, False, info.out
             return None
 
-        test = _evaluate(cond, atom, self._note) if cond is not None else None
+        test = evaluate_arch(cond, atom, self._note) if cond is not None else None
         info.negated = test is not None and test.admitted == ~marker
         if test is not None:
             info.deps.extend(test.deps)
         for earlier in block.branches[:k]:
-            info.deps.append(self._earlier(earlier, _display(earlier.head.args)))
+            info.deps.append(self._earlier(earlier, display(earlier.head.args)))
         built = [branch]
         otherwise = block.branches[k + 1 :]
         if info.negated:
             built, otherwise = otherwise, [branch]
-        summary = _summarize(n for b in built for n in b.body)
+        summary = self._summarize_block((n for b in built for n in b.body), [b.head for b in built[1:]])
         what = info.src.value
         where = built[0].head.line if built else branch.head.line
         if summary.sources:
             info.evidence.append(Evidence(f"builds {_shorten(summary.sources)} for {what}", self.path, where))
         if summary.defines:
             info.evidence.append(Evidence(f"adds {_shorten(summary.defines)}", self.path, where))
+        if summary.sources or summary.defines:
+            info.builds = (self._target(what, summary, where),)
+        info.passes = tuple(summary.flags)
         rest = _summarize(n for b in otherwise for n in b.body)
         for mode, text, line in rest.messages:
             info.evidence.append(Evidence(f"otherwise message({mode}): {text}", self.path, line))
@@ -1444,7 +771,7 @@ class _Analyzer:
             if items[0].is_word("IN"):
                 items = items[2:] if len(items) > 1 and items[1].is_word("ITEMS") else ()
             if items and not any(a.has_reference for a in items):
-                bindings[head.args[0].value] = tuple(_list_items(a.value for a in items))
+                bindings[head.args[0].value] = tuple(list_items(a.value for a in items))
         if head.name in ("function", "macro"):
             label = f"{head.name} {head.args[0].value if head.args else ''}"
         else:
@@ -1460,7 +787,7 @@ class _Analyzer:
             if id(branch) in self.untaken:
                 # Never taken under the assumed toolkit: no gate, nothing under it is visited.
                 if id(branch) in self.decided:
-                    earlier.append(self._earlier(branch, _display(branch.head.args)))
+                    earlier.append(self._earlier(branch, display(branch.head.args)))
                 continue
             head = branch.head
             label = head.render() if head.name != "else" else f"else() of {block.branches[0].head.render()}"
@@ -1481,10 +808,10 @@ class _Analyzer:
                 if cond is None:
                     if any(self._mentions_arch(a) for a in head.args):
                         self.skip(head.line, f"cannot parse the condition of {_truncate(head.render())}")
-                    earlier.append(f"NOT ({_display(head.args)})")
-                    deps.append(_display(head.args))
+                    earlier.append(f"NOT ({display(head.args)})")
+                    deps.append(display(head.args))
                 else:
-                    test = _evaluate(cond, self.arch_atom, self._note)
+                    test = evaluate_arch(cond, self.arch_atom, self._note)
                     if test is None or test.tests == 0:
                         earlier.append(f"NOT ({cond.text})")
                         deps.extend(self._and_parts(cond))
@@ -1502,12 +829,12 @@ class _Analyzer:
         block: IfBlock,
         k: int,
         admitted: ArchSet,
-        test: _ArchTest,
+        test: ArchTest,
         deps: list[str],
         frames: tuple[_Frame, ...],
     ) -> Gate | None:
         branch = block.branches[k]
-        summary = _summarize(branch.body)
+        summary = self._summarize_block(branch.body)
         rest = _summarize(n for b in block.branches[k + 1 :] for n in b.body)
         evidence: list[Evidence] = []
         only_errors = not summary.sources and not summary.defines and summary.fatal
@@ -1529,6 +856,9 @@ class _Analyzer:
         then_span = Span(branch.head.end_line + 1, body_end) if body_end > branch.head.end_line else None
         later = block.branches[k + 1 :]
         else_span = Span(later[0].head.line, block.end_line) if later else None
+        builds = (
+            (self._target(None, summary, branch.head.line),) if summary.sources or summary.defines else ()
+        )
         return self.new_gate(
             branch.head,
             frames,
@@ -1540,6 +870,8 @@ class _Analyzer:
             else_kind=else_kind,
             then_span=then_span,
             else_span=else_span,
+            builds=builds,
+            passes=summary.flags,
         )
 
     @staticmethod
@@ -1555,14 +887,14 @@ class _Analyzer:
         if op == "IN_LIST":
             if right.has_reference or not self._is_arch_list(right.value) or left.has_reference:
                 return None
-            entries = [parse_entry(item, "exact") for item in _list_items([left.value])]
+            entries = [parse_entry(item, "exact") for item in list_items([left.value])]
             archs = [e.arch for e in entries if e is not None and e.arch is not None]
             return (ArchSet(archs), False, None) if archs and len(archs) == len(entries) else None
         if op == "STREQUAL":
             variable, literal = (left, right) if self._names_arch_list(left) else (right, left)
             if not self._names_arch_list(variable) or literal.has_reference:
                 return None
-            entries = [parse_entry(item, "exact") for item in _list_items([literal.value])]
+            entries = [parse_entry(item, "exact") for item in list_items([literal.value])]
             archs = [e.arch for e in entries if e is not None and e.arch is not None]
             return (ArchSet(archs), False, None) if archs and len(archs) == len(entries) else None
         if op == "MATCHES":
@@ -1612,7 +944,7 @@ class _Analyzer:
                 return None
             arch = entry.arch
             # A spelling without a variant suffix also finds the suffixed ones ("10.0" in "10.0a").
-            admitted |= ArchSet([arch]) if arch.variant else _capability(arch.cc)
+            admitted |= ArchSet([arch]) if arch.variant else capability_archs(arch.cc)
         return admitted
 
     def command(self, command: Command, frames: tuple[_Frame, ...]) -> None:
@@ -1674,7 +1006,7 @@ class _Analyzer:
                     unresolved.append("$<>")
                 continue
             for value in _substitute(arg.value, bindings) if arg.quoting != "bracket" else [arg.value]:
-                for item in _list_items([value]):
+                for item in list_items([value]):
                     refs = _refs(item) if arg.quoting != "bracket" else []
                     if not refs:
                         literal.append(item)
@@ -1700,7 +1032,7 @@ class _Analyzer:
         special: list[str] = []
         bad: list[str] = []
         for item in literal:
-            if (upper in _CMAKE_LISTS or style == "cmake") and item.lower() in _SPECIAL_VALUES:
+            if (upper in _CMAKE_LISTS or style == "cmake") and item.lower() in SPECIAL_VALUES:
                 special.append(item.lower())
                 continue
             entry = parse_entry(item, style)
@@ -1717,12 +1049,12 @@ class _Analyzer:
             )
         admitted = ArchSet.none()
         for entry in entries:
-            admitted |= _admitted(entry, style)
+            admitted |= admitted_by(entry, style)
         unknown = ArchSet.none()
         depends: list[str] = []
         evidence: list[Evidence] = []
         if entries:
-            described = [_describe(e, style) for e in entries]
+            described = [describe_entry(e, style) for e in entries]
             evidence.append(
                 Evidence(
                     "; ".join(described[:_SHOWN_ITEMS]) + (" …" if len(described) > _SHOWN_ITEMS else ""),
@@ -1769,11 +1101,14 @@ class _Analyzer:
             depends_on=depends,
             confidence=Confidence.INFERRED if inferred or unresolved else Confidence.EXACT,
             else_kind=else_kind,
+            # What the if(OUT) blocks of the intersections taking this list build (their -D flags
+            # stay with the block: this gate admits no block of its own).
+            builds=dict.fromkeys(b for c in consumers for b in c.builds),
         )
 
     def intersection_gate(self, info: _Intersection, frames: tuple[_Frame, ...]) -> None:
         src = info.src
-        items = _list_items(_substitute(src.value, self._bindings(frames)))
+        items = list_items(_substitute(src.value, self._bindings(frames)))
         literal = [i for i in items if not _refs(i)]
         refs = [r for i in items for r in _refs(i)]
         if not literal:
@@ -1794,7 +1129,7 @@ class _Analyzer:
             return
         admitted = ArchSet.none()
         for entry in good:
-            admitted |= _admitted(entry, info.style)
+            admitted |= admitted_by(entry, info.style)
         unknown = (
             ~admitted if any(r not in self.definitions for r in refs) or info.extensions else ArchSet.none()
         )
@@ -1808,7 +1143,9 @@ class _Analyzer:
         evidence = [
             Evidence(helper, self.path, info.command.line),
             Evidence(
-                "; ".join(_describe(e, info.style) for e in good[:_SHOWN_ITEMS]), self.path, info.command.line
+                "; ".join(describe_entry(e, info.style) for e in good[:_SHOWN_ITEMS]),
+                self.path,
+                info.command.line,
             ),
             *info.evidence,
         ]
@@ -1827,6 +1164,8 @@ class _Analyzer:
             else_kind=info.else_kind,
             then_span=info.then_span,
             else_span=info.else_span,
+            builds=info.builds,
+            passes=info.passes,
         )
         info.gate = gate.id if gate else None
 
@@ -1856,7 +1195,7 @@ class _Analyzer:
         codes = [m.group(1) for m in _CODE_FLAG.finditer(text)]
         for m in _ARCH_FLAG.finditer(text):
             value = m.group(1)
-            if value.lower() in _SPECIAL_VALUES:
+            if value.lower() in SPECIAL_VALUES:
                 special.append(value.lower())
             elif "$" in value:
                 unresolved.append(value)
@@ -1888,7 +1227,7 @@ class _Analyzer:
         if unresolved:
             unknown = ~admitted
             depends.append(f"flags built from variables: {_shorten(unresolved)}")
-        described = [_describe(e, "cmake") for e in entries]
+        described = [describe_entry(e, "cmake") for e in entries]
         evidence = (
             [
                 Evidence(
@@ -1926,9 +1265,9 @@ def detect_cmake(
         commands, problems = tokenize(text)
         try:
             nodes, block_problems = build_blocks(commands, text.count("\n") + 1)
-        except _TooDeep as exc:
+        except TooDeep as exc:
             return Detection((), (Skip(path, str(exc), package),))
-        toolkit = _Toolkit(cuda_version, nodes) if cuda_version is not None else None
+        toolkit = Toolkit(cuda_version, nodes) if cuda_version is not None else None
         analyzer = _Analyzer(package, version, path, toolkit)
         problems = [*problems, *block_problems]
         for line, reason in problems[:MAX_PROBLEMS]:
@@ -1940,8 +1279,6 @@ def detect_cmake(
         analyzer.prune(nodes)
         analyzer.survey(nodes)
         analyzer.visit(nodes, ())
-        return Detection(tuple(analyzer.gates), tuple(analyzer.skips))
-    except Exception as exc:  # a safety net: one odd file must never stop a scan
-        return Detection(
-            (), (Skip(path, f"the CMake detector failed on this file: {type(exc).__name__}: {exc}", package),)
-        )
+        return Detection(tuple(analyzer.sink.gates), tuple(analyzer.skips))
+    except Exception as exc:  # a bug: this file's gates are lost, not the scan's
+        return Detection((), (not_analysed(path, package, exc, "the CMake detector failed on this file"),))

@@ -14,418 +14,55 @@ bracket), statements and scopes nested deeper than `MAX_NESTING` raise `TooDeep`
 not followed), an expression nested deeper than `MAX_EXPRESSION_DEPTH` parser levels is an
 ``unknown`` node, template arguments are looked for within `MAX_TEMPLATE_SCAN` tokens, and integer
 literals longer than any 64-bit one are unknown.
+
+Tokens, bracket matching and function definitions are in `liftgate.detect.cpp_tokens` (their
+names are importable from here too); this module reads expressions and statements.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
+from liftgate.detect.cpp_tokens import (
+    CONTROL,
+    MAX_NESTING,
+    MAX_TEMPLATE_SCAN,
+    FuncDef,
+    Tok,
+    TooDeep,
+    find_functions,
+    forget_tables,
+    match_angle,
+    match_bracket,
+    skip_balanced,
+    tokenize,
+)
 from liftgate.detect.ppexpr import BINARY_PRECEDENCE
 
-# Far above real host code (vLLM's and FlashInfer's dispatch nests statements ~8 deep and
-# expressions ~10; CUTLASS's longest template argument list is a few hundred tokens).
-MAX_NESTING = 100
+__all__ = [
+    "CONTROL",
+    "MAX_EXPRESSION_DEPTH",
+    "MAX_NESTING",
+    "MAX_TEMPLATE_SCAN",
+    "ExprParser",
+    "FuncDef",
+    "Node",
+    "Stmt",
+    "StmtParser",
+    "Tok",
+    "TooDeep",
+    "find_functions",
+    "forget_tables",
+    "join_tokens",
+    "node_text",
+    "string_value",
+    "tokenize",
+]
+
+# Far above real host code (expressions nest ~10 deep in vLLM's and FlashInfer's dispatch).
 MAX_EXPRESSION_DEPTH = 200
-MAX_TEMPLATE_SCAN = 4_096
 _MAX_LITERAL_CHARS = 72  # 0b and 64 binary digits, with digit separators and a suffix
-
-
-class TooDeep(Exception):
-    """Statements or scopes nested deeper than MAX_NESTING: the construct is not read."""
-
-
-# Every token, and every newline (to count lines), as plain strings: `re.findall` does the
-# scanning in C and skips whitespace by itself, several times faster than a Python loop over
-# match objects on CUTLASS-sized headers. A raw string literal needs a back-reference (a group,
-# which findall would return instead of the token), so files that have one use `_TOKEN_RAW`.
-_TOKEN_BODY = r"""
-  | //[^\n]*|/\*.*?(?:\*/|\Z)
-  | (?:u8|u|U|L)?"(?:\\.|[^"\\\n])*"?
-  | (?:u8|u|U|L)?'(?:\\.|[^'\\\n])*'?
-  | [A-Za-z_$][\w$]*
-  | \.?\d(?:[eEpP][+-]|[\w.']|)*
-  | ::|->\*?|\.\.\.|<<=|>>=|<=>|&&|\|\||==|!=|<=|>=|<<|>>|\+\+|--|[-+*/%&|^]=|\S
-"""
-_TOKEN = re.compile(r"\n|\\\r?\n" + _TOKEN_BODY, re.X | re.S)
-_TOKEN_RAW = re.compile(
-    r"""\n|\\\r?\n | (?:u8|u|U|L)?R"(?P<d>[^()\\\s"]{0,16})\(.*?\)(?P=d)" """ + _TOKEN_BODY, re.X | re.S
-)
-
-
-class Tok(NamedTuple):
-    kind: str  # id, num, str, chr, op
-    text: str
-    line: int
-    region: int = 0  # index into the caller's regions (which preprocessor conditions are in force)
-
-
-def tokenize(text: str, region_of_line: Callable[[int], int | None] | None = None) -> list[Tok]:
-    """Tokens of ``text`` outside comments and directives, with their lines.
-
-    ``region_of_line`` maps a line to a region index, or to None when the host pass does not
-    compile that line (device-only code, an ``#if 0``); those tokens are dropped.
-    """
-    out: list[Tok] = []
-    append = out.append
-    line = 1
-    at_line_start = True
-    in_directive = False
-    region: int | None = 0
-    region_line = 0
-    tokens = [m.group(0) for m in _TOKEN_RAW.finditer(text)] if 'R"' in text else _TOKEN.findall(text)
-    for tok in tokens:
-        c = tok[0]
-        if c == "\n":
-            line += 1
-            at_line_start = True
-            in_directive = False
-            continue
-        if c == "\\" and len(tok) > 1:  # a backslash-newline: the logical line goes on
-            line += 1
-            continue
-        if c == "/" and len(tok) > 1 and tok[1] in "/*":
-            line += tok.count("\n")
-            continue
-        start_line = line
-        if c == "#" and at_line_start:
-            in_directive = True
-        at_line_start = False
-        if c.isalpha() or c == "_" or c == "$":
-            last = tok[-1]
-            if (last == '"' or last == "'") and len(tok) > 1:
-                kind = "str" if '"' in tok else "chr"
-                line += tok.count("\n")
-            else:
-                kind = "id"
-        elif c == '"':
-            kind = "str"
-            if "\n" in tok:
-                line += tok.count("\n")
-        elif c == "'":
-            kind = "chr"
-        elif c.isdigit() or (c == "." and len(tok) > 1 and tok[1].isdigit()):
-            kind = "num"
-        else:
-            kind = "op"
-        if in_directive:
-            continue
-        if region_of_line is not None and region_line != start_line:
-            region = region_of_line(start_line)
-            region_line = start_line
-        if region is not None:
-            append(Tok(kind, tok, start_line, region))
-    return out
-
-
-CONTROL = frozenset(
-    {
-        "if",
-        "else",
-        "for",
-        "while",
-        "do",
-        "switch",
-        "case",
-        "default",
-        "return",
-        "throw",
-        "break",
-        "continue",
-        "goto",
-        "try",
-        "catch",
-        "sizeof",
-        "alignof",
-        "decltype",
-        "static_assert",
-        "alignas",
-        "noexcept",
-        "typeid",
-        "new",
-        "delete",
-        "co_return",
-        "co_await",
-        "requires",
-    }
-)
-_QUALIFIERS = frozenset({"const", "noexcept", "override", "final", "volatile", "mutable", "&", "&&", "throw"})
-_SCOPES = frozenset({"namespace", "struct", "class", "union"})
-
-
-@dataclass(frozen=True, slots=True)
-class FuncDef:
-    """A function definition: its name (last component), parameters and body tokens."""
-
-    name: str
-    qualname: str
-    params: tuple[str, ...]
-    body: tuple[Tok, ...]  # from '{' to '}' inclusive
-    inits: tuple[tuple[str, tuple[Tok, ...]], ...]  # constructor member initialisers: name(expr)
-    path: str
-    line: int
-
-
-_PAIRS = {"(": ")", "[": "]", "{": "}"}
-# Bracket tables of the token lists read last: (the list, opener index -> closer index). Lists are
-# matched whole once, so nested blocks cost linear time, not a scan per level.
-_TABLES: dict[int, tuple[Sequence[Tok], dict[int, int]]] = {}
-
-
-def _bracket_table(toks: Sequence[Tok]) -> dict[int, int]:
-    cached = _TABLES.get(id(toks))
-    if cached is not None and cached[0] is toks:
-        return cached[1]
-    table: dict[int, int] = {}
-    open_at: dict[str, list[int]] = {"(": [], "[": [], "{": []}
-    closer_of = {v: k for k, v in _PAIRS.items()}
-    for k, t in enumerate(toks):
-        text = t.text
-        if text in open_at:
-            open_at[text].append(k)
-        elif text in closer_of:
-            stack = open_at[closer_of[text]]
-            if stack:
-                table[stack.pop()] = k
-    if len(_TABLES) >= 4:
-        del _TABLES[next(iter(_TABLES))]
-    _TABLES[id(toks)] = (toks, table)
-    return table
-
-
-def forget_tables() -> None:
-    """Drop the bracket tables (and so the token lists they keep alive): a file is done."""
-    _TABLES.clear()
-
-
-def _match(toks: list[Tok] | tuple[Tok, ...], i: int, open_: str, close: str, end: int | None = None) -> int:
-    """Index of the token closing the bracket at ``i`` (or the last index before ``end`` if unbalanced)."""
-    n = len(toks) if end is None else end
-    if i < n and toks[i].text == open_ and _PAIRS.get(open_) == close:
-        j = _bracket_table(toks).get(i)
-        return j if j is not None and j < n else n - 1
-    depth = 0
-    while i < n:
-        t = toks[i].text
-        if t == open_:
-            depth += 1
-        elif t == close:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return n - 1
-
-
-def _skip_balanced(toks: list[Tok], i: int) -> int:
-    """Index after the bracket group starting at ``i``."""
-    pairs = {"(": ")", "[": "]", "{": "}"}
-    return _match(toks, i, toks[i].text, pairs[toks[i].text]) + 1
-
-
-def _param_names(toks: list[Tok]) -> tuple[str, ...]:
-    """Parameter names of a parameter list (the last identifier of each, before any default)."""
-    names: list[str] = []
-    depth = 0
-    current: list[Tok] = []
-    for t in [*toks, Tok("op", ",", 0)]:
-        if t.text in "([{<" and t.kind == "op":
-            depth += 1
-        elif t.text in ")]}>" and t.kind == "op":
-            depth -= 1
-        if t.text == "," and depth == 0:
-            ids = []
-            for c in current:
-                if c.text == "=":
-                    break
-                if c.kind == "id":
-                    ids.append(c.text)
-            names.append(ids[-1] if len(ids) >= 2 else "")
-            current = []
-        else:
-            current.append(t)
-    return tuple(names) if any(names) else ()
-
-
-def find_functions(toks: list[Tok], path: str) -> list[FuncDef]:
-    """Function definitions at namespace or class scope (nested classes included).
-
-    Scopes nested deeper than MAX_NESTING are passed over: their functions are not found.
-    """
-    out: list[FuncDef] = []
-    _scan_scope(toks, 0, len(toks), path, out, "")
-    return out
-
-
-def _scan_scope(
-    toks: list[Tok], i: int, end: int, path: str, out: list[FuncDef], prefix: str, depth: int = 0
-) -> None:
-    while i < end:
-        t = toks[i]
-        if t.text in _SCOPES and t.kind == "id":
-            # namespace a::b {, struct X : Base {, class API X final {  — descend; a declaration ends at ';'
-            j = i + 1
-            parts: list[str] = []
-            in_bases = False
-            while j < end and toks[j].text not in ("{", ";", "("):
-                s = toks[j].text
-                if s == ":":
-                    in_bases = True
-                elif not in_bases and toks[j].kind == "id" and s not in ("final", "inline"):
-                    if t.text == "namespace" or not parts or toks[j - 1].text == "::":
-                        parts.append(s)
-                    else:
-                        parts = [s]  # class ALIGN_MACRO Name: the last name is the class's
-                if s == "<":
-                    j = _match_angle(toks, j, end)
-                j += 1
-            name = "::".join(parts)
-            if j < end and toks[j].text == "{":
-                close = _match(toks, j, "{", "}")
-                if depth < MAX_NESTING:
-                    scope = f"{prefix}{name}::" if name else prefix
-                    _scan_scope(toks, j + 1, close, path, out, scope, depth + 1)
-                i = close + 1
-                continue
-            i = j + 1 if j < end and toks[j].text == ";" else i + 1
-            continue
-        if t.text == "extern" and i + 2 < end and toks[i + 1].kind == "str" and toks[i + 2].text == "{":
-            close = _match(toks, i + 2, "{", "}")
-            if depth < MAX_NESTING:
-                _scan_scope(toks, i + 3, close, path, out, prefix, depth + 1)
-            i = close + 1
-            continue
-        if t.text == "{":
-            i = _match(toks, i, "{", "}") + 1
-            continue
-        if t.text == "template" and i + 1 < end and toks[i + 1].text == "<":
-            i = _match_angle(toks, i + 1, end) + 1  # template <typename T, typename = void>
-            continue
-        if t.text == "=" or t.text == "enum":
-            # an initializer or an enum: skip to the end of the declaration
-            j = i + 1
-            while j < end and toks[j].text != ";":
-                if toks[j].text in ("{", "(", "["):
-                    j = _skip_balanced(toks, j)
-                    continue
-                j += 1
-            i = j + 1
-            continue
-        if (
-            t.kind == "id"
-            and i + 1 < end
-            and toks[i + 1].text == "<"
-            and t.text not in CONTROL
-            and t.text != "template"
-            and i > 0
-            and toks[i - 1].text == "::"
-        ):
-            # Class::method<Tag>( … ) { … }: an explicit member template definition
-            close = _match_angle(toks, i + 1, end)
-            if close + 1 < end and toks[close + 1].text == "(":
-                found = _function_at(toks, i, end, path, prefix, paren=close + 1)
-                if found is not None:
-                    out.append(found[0])
-                    i = found[1]
-                    continue
-        if t.kind == "id" and i + 1 < end and toks[i + 1].text == "(" and t.text not in CONTROL:
-            found = _function_at(toks, i, end, path, prefix)
-            if found is not None:
-                fdef, after = found
-                out.append(fdef)
-                i = after
-                continue
-            i = _skip_balanced(toks, i + 1)
-            continue
-        i += 1
-
-
-def _match_angle(toks: list[Tok] | tuple[Tok, ...], i: int, end: int) -> int:
-    depth = 0
-    j = i
-    end = min(end, i + MAX_TEMPLATE_SCAN)
-    while j < end:
-        s = toks[j].text
-        if s == "<":
-            depth += 1
-        elif s == ">":
-            depth -= 1
-        elif s == ">>":
-            depth -= 2
-        elif s in (";", "{", "}"):
-            return j - 1
-        if depth <= 0:
-            return j
-        j += 1
-    return end - 1
-
-
-def _function_at(
-    toks: list[Tok], i: int, end: int, path: str, prefix: str, paren: int | None = None
-) -> tuple[FuncDef, int] | None:
-    """A definition whose name is at ``i`` (``name(`` … ``) … {``), and the index after its body."""
-    if i > 0 and toks[i - 1].text in (".", "->"):
-        return None
-    paren = i + 1 if paren is None else paren
-    close = _match(toks, paren, "(", ")")
-    j = close + 1
-    inits: list[tuple[str, tuple[Tok, ...]]] = []
-    while j < end:
-        s = toks[j].text
-        if s in _QUALIFIERS:
-            j += 1
-            if s in ("noexcept", "throw") and j < end and toks[j].text == "(":
-                j = _skip_balanced(toks, j)
-            continue
-        if s == "->":  # trailing return type
-            j += 1
-            while j < end and toks[j].text not in ("{", ";", "="):
-                if toks[j].text == "<":
-                    j = _match_angle(toks, j, end)
-                j += 1
-            continue
-        if s == ":" and toks[j - 1].text != "?":  # constructor initialisers: a_(x), b_{y}
-            j += 1
-            while j < end:
-                name_start = j
-                while j < end and (toks[j].kind == "id" or toks[j].text in ("::", "<", ">")):
-                    j += 1
-                if j >= end or toks[j].text not in ("(", "{") or j == name_start:
-                    return None
-                closing = ")" if toks[j].text == "(" else "}"
-                k = _match(toks, j, toks[j].text, closing)
-                inits.append((toks[j - 1].text, tuple(toks[j + 1 : k])))
-                j = k + 1
-                if j < end and toks[j].text == ",":
-                    j += 1
-                    continue
-                break
-            continue
-        if s in ("override", "final") or (toks[j].kind == "id" and s.isupper()):  # attribute macros
-            j += 1
-            continue
-        break
-    if j >= end or toks[j].text != "{":
-        return None
-    body_end = _match(toks, j, "{", "}")
-    name_parts = [toks[i].text]
-    k = i - 1
-    while k >= 1 and toks[k].text == "::" and toks[k - 1].kind == "id":
-        name_parts.insert(0, toks[k - 1].text)
-        k -= 2
-    fdef = FuncDef(
-        name=toks[i].text,
-        qualname=prefix + "::".join(name_parts),
-        params=_param_names(toks[paren + 1 : close]),
-        body=tuple(toks[j : body_end + 1]),
-        inits=tuple(inits),
-        path=path,
-        line=toks[i].line,
-    )
-    return fdef, body_end + 1
-
 
 # -- expressions ------------------------------------------------------------------------------
 
@@ -570,20 +207,20 @@ class ExprParser:
                 operand = self.unary()
                 return Node("unary", start, self.i, op="!", args=[operand])
             if op == "(" and self._is_cast():
-                self.i = _match(self.toks, self.i, "(", ")", self.end) + 1
+                self.i = match_bracket(self.toks, self.i, "(", ")", self.end) + 1
                 operand = self.unary()
                 return Node("unary", start, self.i, op="cast", args=[operand])
             if op in ("sizeof", "alignof", "decltype", "typeid", "new", "delete"):
                 self.i += 1
                 if self.peek() == "(":
-                    self.i = _match(self.toks, self.i, "(", ")", self.end) + 1
+                    self.i = match_bracket(self.toks, self.i, "(", ")", self.end) + 1
                 return Node("unknown", start, self.i)
             return self.postfix(self.primary())
         finally:
             self.depth -= 1
 
     def _is_cast(self) -> bool:
-        close = _match(self.toks, self.i, "(", ")", self.end)
+        close = match_bracket(self.toks, self.i, "(", ")", self.end)
         inner = self.toks[self.i + 1 : close]
         if not inner or close + 1 >= self.end:
             return False
@@ -605,7 +242,7 @@ class ExprParser:
         if t.kind == "str":
             parts = []
             while self.i < self.end and self.toks[self.i].kind == "str":
-                parts.append(_string_value(self.toks[self.i].text))
+                parts.append(string_value(self.toks[self.i].text))
                 self.i += 1
             return Node("str", start, self.i, value="".join(parts))
         if t.kind == "chr":
@@ -622,21 +259,21 @@ class ExprParser:
             inner.start, inner.end = start, self.i
             return inner
         if t.text == "{":
-            close = _match(self.toks, self.i, "{", "}", self.end)
+            close = match_bracket(self.toks, self.i, "{", "}", self.end)
             items = self._args(self.i + 1, close)
             self.i = close + 1
             return Node("init", start, self.i, args=items)
         if t.text == "[":  # a lambda; ``value`` is the index of its body's '{' (or None)
-            close = _match(self.toks, self.i, "[", "]", self.end)
+            close = match_bracket(self.toks, self.i, "[", "]", self.end)
             self.i = close + 1
             if self.peek() == "(":
-                self.i = _match(self.toks, self.i, "(", ")", self.end) + 1
+                self.i = match_bracket(self.toks, self.i, "(", ")", self.end) + 1
             while self.i < self.end and self.peek() not in ("{", ";", ")", ","):
                 self.i += 1
             body = None
             if self.peek() == "{":
                 body = self.i
-                self.i = _match(self.toks, self.i, "{", "}", self.end) + 1
+                self.i = match_bracket(self.toks, self.i, "{", "}", self.end) + 1
             return Node("lambda", start, self.i, value=body)
         if t.kind == "id" or t.text == "::":
             name = self._qualified_name()
@@ -657,7 +294,7 @@ class ExprParser:
             parts.append(t.text)
             self.i += 1
             if self.peek() == "<" and self._template_args_follow(t.text):
-                self.i = _match_angle(self.toks, self.i, self.end) + 1
+                self.i = match_angle(self.toks, self.i, self.end) + 1
             if self.peek() != "::":
                 break
         return "".join(parts)
@@ -687,7 +324,7 @@ class ExprParser:
         while self.i < self.end:
             s = self.peek()
             if s == "(":
-                close = _match(self.toks, self.i, "(", ")", self.end)
+                close = match_bracket(self.toks, self.i, "(", ")", self.end)
                 args = self._args(self.i + 1, close)
                 self.i = close + 1
                 node = Node("call", start, self.i, args=[node, *args])
@@ -696,7 +333,7 @@ class ExprParser:
                 name = self._qualified_name()
                 node = Node("member", start, self.i, value=name, op=s, args=[node])
             elif s == "[":
-                close = _match(self.toks, self.i, "[", "]", self.end)
+                close = match_bracket(self.toks, self.i, "[", "]", self.end)
                 inner = self._inner(self.i + 1, close)
                 self.i = close + 1
                 node = Node("index", start, self.i, args=[node, inner])
@@ -725,7 +362,7 @@ class ExprParser:
         return out
 
 
-def _string_value(text: str) -> str:
+def string_value(text: str) -> str:
     """The contents of a string literal, escapes left as written (it is shown, not executed)."""
     m = re.match(r'(?:u8|u|U|L)?R"([^(]*)\((.*)\)\1"$', text, re.S)
     if m:
@@ -784,7 +421,7 @@ class StmtParser:
 
     def block(self, i: int) -> tuple[Stmt, int]:
         """The block whose '{' is at ``i``; returns it and the index after its '}'."""
-        close = _match(self.toks, i, "{", "}")
+        close = match_bracket(self.toks, i, "{", "}")
         stmts: list[Stmt] = []
         j = i + 1
         while j < close:
@@ -822,7 +459,7 @@ class StmtParser:
             if s == "if":
                 return self._if(i, end)
             if s == "switch" and i + 1 < end and toks[i + 1].text == "(":
-                close = _match(toks, i + 1, "(", ")")
+                close = match_bracket(toks, i + 1, "(", ")")
                 cond = ExprParser(toks, i + 2, close).parse()
                 body, nxt = self.statement(close + 1, end) if close + 1 < end else (None, close + 1)
                 stmt = Stmt("switch", t.line, self._end_line(nxt), i, nxt, expr=cond, cond_end=close + 1)
@@ -838,7 +475,7 @@ class StmtParser:
                 expr = ExprParser(toks, i + 1, j).parse() if s == "case" else None
                 return Stmt("case", t.line, toks[min(j, end - 1)].line, i, j + 1, expr=expr), j + 1
             if s in ("for", "while") and i + 1 < end and toks[i + 1].text == "(":
-                close = _match(toks, i + 1, "(", ")")
+                close = match_bracket(toks, i + 1, "(", ")")
                 loop_cond = ExprParser(toks, i + 2, close).parse() if s == "while" else None
                 body, nxt = self.statement(close + 1, end) if close + 1 < end else (None, close + 1)
                 stmt = Stmt("loop", t.line, self._end_line(nxt), i, nxt, expr=loop_cond)
@@ -849,7 +486,7 @@ class StmtParser:
                 body, nxt = self.statement(i + 1, end)
                 # while (...) ;
                 if nxt < end and toks[nxt].text == "while" and nxt + 1 < end and toks[nxt + 1].text == "(":
-                    nxt = _match(toks, nxt + 1, "(", ")") + 1
+                    nxt = match_bracket(toks, nxt + 1, "(", ")") + 1
                 if nxt < end and toks[nxt].text == ";":
                     nxt += 1
                 return Stmt("loop", t.line, self._end_line(nxt), i, nxt, body=[body]), nxt
@@ -859,7 +496,7 @@ class StmtParser:
                 while nxt < end and toks[nxt].text == "catch":
                     j = nxt + 1
                     if j < end and toks[j].text == "(":
-                        j = _match(toks, j, "(", ")") + 1
+                        j = match_bracket(toks, j, "(", ")") + 1
                     if j < end and toks[j].text == "{":
                         handler, nxt = self.block(j)
                         handlers.append(handler)
@@ -892,7 +529,7 @@ class StmtParser:
         if j >= end or toks[j].text != "(":
             k, nxt = self._simple_end(i, end)
             return Stmt("empty", toks[i].line, self._end_line(k), i, k), max(nxt, i + 1)
-        close = _match(toks, j, "(", ")")
+        close = match_bracket(toks, j, "(", ")")
         cstart = j + 1
         # if (init; cond)
         depth = 0
@@ -930,7 +567,7 @@ class StmtParser:
             if s == ";":
                 return j, j + 1
             if s in ("(", "[", "{"):
-                k = _skip_balanced(toks, j)
+                k = skip_balanced(toks, j)
                 if (
                     s == "("
                     and k < end
@@ -1028,7 +665,7 @@ def _top_level_split(toks: list[Tok], start: int, end: int, sep: str) -> list[tu
 
 
 def _looks_template(toks: list[Tok], k: int, end: int) -> bool:
-    close = _match_angle(toks, k, end)
+    close = match_angle(toks, k, end)
     return (
         close < end
         and toks[close].text == ">"

@@ -372,7 +372,7 @@ class ArchList(Opaque):
 # -- device facts ---------------------------------------------------------------------------
 
 
-def _device_name(slug: str) -> str:
+def product_device_name(slug: str) -> str:
     """A CUDA device name as the driver reports it, from a product slug of the arch data."""
     m = re.fullmatch(r"(rtx|gtx)(\d{4})(ti|super|tisuper)?", slug)
     if m:
@@ -389,7 +389,7 @@ def _device_name(slug: str) -> str:
 def device_names() -> dict[tuple[int, int], tuple[str, ...]]:
     out: dict[tuple[int, int], tuple[str, ...]] = {}
     for cap in arch_data().capabilities:
-        names = dict.fromkeys(_device_name(p) for p in cap.products)
+        names = dict.fromkeys(product_device_name(p) for p in cap.products)
         out[cap.cc] = tuple(names) or (f"NVIDIA GPU (compute capability {cap.major}.{cap.minor})",)
     return out
 

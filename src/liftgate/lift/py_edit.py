@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from liftgate.arch.core import Arch
-from liftgate.detect.python import _collapse, is_guard
-from liftgate.lift.text import Edit, NoSafeEdit, TextEdit
+from liftgate.detect.python import collapse, is_guard
+from liftgate.lift.text import Edit, Granularity, NoSafeEdit, TextEdit
 from liftgate.model import Gate
 
 _CAPABILITY_NAME = re.compile(
@@ -94,7 +94,7 @@ def locate_condition(tree: ast.Module, src: _Text, gate: Gate) -> tuple[ast.expr
             isinstance(node, ast.expr)
             and start <= node.lineno
             and (node.end_lineno or node.lineno) == end
-            and _collapse(src.segment(node)) == want
+            and collapse(src.segment(node)) == want
         ):
             found.append(node)
     if not found:
@@ -121,16 +121,16 @@ def _pair_literal(node: ast.expr) -> tuple[int, int] | None:
     return None
 
 
-def _scale_value(sample: int | tuple[int, int] | float, arch: Arch) -> tuple[str, str] | None:
+def _scale_value(sample: int | tuple[int, int] | float, arch: Arch) -> tuple[str, Granularity] | None:
     """The target in the scale of ``sample``, and the granularity that admits."""
     if isinstance(sample, tuple):
-        return f"({arch.major}, {arch.minor})", "capability"
+        return f"({arch.major}, {arch.minor})", Granularity.CAPABILITY
     if isinstance(sample, float):
-        return f"{arch.major}.{arch.minor}", "capability"
+        return f"{arch.major}.{arch.minor}", Granularity.CAPABILITY
     if 0 < sample <= 20:
-        return str(arch.major), "major"
+        return str(arch.major), Granularity.MAJOR
     if 30 <= sample <= 200:
-        return str(arch.number), "capability"
+        return str(arch.number), Granularity.CAPABILITY
     return None
 
 
@@ -160,7 +160,9 @@ def _is_capability_side(node: ast.expr, src: _Text) -> bool:
     return bool(_CAPABILITY_NAME.search(text)) and not _NOT_CAPABILITY.search(text)
 
 
-def _widen_compare(cmp: ast.Compare, src: _Text, arch: Arch) -> tuple[list[TextEdit], str, str] | None:
+def _widen_compare(
+    cmp: ast.Compare, src: _Text, arch: Arch
+) -> tuple[list[TextEdit], str, Granularity] | None:
     """Edits that make one ``X op literal`` comparison also true for the target, if safe."""
     if len(cmp.ops) != 1:
         return None
@@ -220,8 +222,8 @@ def _move_bound(
     bound_text: str,
     left_end: int,
     right_end: int,
-    granularity: str,
-) -> tuple[list[TextEdit], str, str] | None:
+    granularity: Granularity,
+) -> tuple[list[TextEdit], str, Granularity] | None:
     """Move a comparison's bound to the target, only when no other known capability lies between
     (``major >= 10`` becomes ``major >= 9`` for 9.0; ``sm < 120`` becomes ``sm <= 120``)."""
     known = _known_values(bound)
@@ -332,15 +334,15 @@ def runtime_edit(text: str, gate: Gate, arch: Arch, tree: ast.Module | None = No
     cond, parent = locate_condition(tree, src, gate)
     edits: list[TextEdit] = []
     hows: list[str] = []
-    granularity = "capability"
+    granularity = Granularity.CAPABILITY
     for cmp in _compares(cond):
         widened = _widen_compare(cmp, src, arch)
         if widened is not None:
             e, how, gran = widened
             edits.extend(e)
             hows.append(how)
-            if gran == "major":
-                granularity = "major"
+            if gran is Granularity.MAJOR:
+                granularity = Granularity.MAJOR
     if edits:
         if not _admits_when_true(cond, parent):
             raise NoSafeEdit(
@@ -356,7 +358,7 @@ def runtime_edit(text: str, gate: Gate, arch: Arch, tree: ast.Module | None = No
             "with --at definition"
         )
     e, how = _or_test(cond, src, test, _admits_when_true(cond, parent))
-    return Edit(tuple(e), how, "capability")
+    return Edit(tuple(e), how, Granularity.CAPABILITY)
 
 
 def _string_item(spelling: str, arch: Arch) -> str | None:
@@ -415,7 +417,7 @@ def list_edit(text: str, start: int, end: int, arch: Arch, tree: ast.Module | No
                 if int(new) in ints:
                     raise NoSafeEdit(f"{src.segment(value)} already lists {new}")
                 how = f"added {new} to {src.segment(value)}"
-                granularity = "major" if sample <= 20 else "capability"
+                granularity = Granularity.MAJOR if sample <= 20 else Granularity.CAPABILITY
                 values = [i for i in ints if i is not None]
                 if values == sorted(values) and int(new) < values[-1]:
                     # Keep a sorted list sorted: insert before the first larger element.
@@ -434,7 +436,9 @@ def list_edit(text: str, start: int, end: int, arch: Arch, tree: ast.Module | No
                 quote = src.segment(items[-1])[0]
                 _a, last = src.span(items[-1])
                 how = f"added {spelled!r} to {src.segment(value)}"
-                return Edit((TextEdit(last, last, f", {quote}{spelled}{quote}"),), how, "capability")
+                return Edit(
+                    (TextEdit(last, last, f", {quote}{spelled}{quote}"),), how, Granularity.CAPABILITY
+                )
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
             edit = _arch_string_edit(value, src, arch)
             if edit is not None:
@@ -459,7 +463,9 @@ def _arch_string_edit(node: ast.Constant, src: _Text, arch: Arch) -> Edit | None
                 return None
             _a, b = src.span(node)
             return Edit(
-                (TextEdit(b - 1, b - 1, f"{sep}{spelled}"),), f"added {spelled!r} to {seg}", "capability"
+                (TextEdit(b - 1, b - 1, f"{sep}{spelled}"),),
+                f"added {spelled!r} to {seg}",
+                Granularity.CAPABILITY,
             )
     return None
 

@@ -92,14 +92,14 @@ def resolve_as(spelling: str, device_name: str | None = None) -> tuple[AsArch, d
     spelled (``rtx-pro-6000``), else the data file's first product of that capability."""
     from liftgate.arch.core import arch_data
     from liftgate.arch.parse import resolve_arch
-    from liftgate.detect.pyvalues import _device_name, device_names
+    from liftgate.detect.pyvalues import device_names, product_device_name
 
     resolution = resolve_arch(spelling)
     arch = resolution.arch
     name = device_name
     if name is None:
         name = (
-            _device_name(resolution.product)
+            product_device_name(resolution.product)
             if resolution.product
             else device_names().get(arch.cc, (f"NVIDIA GPU (compute capability {arch.major}.{arch.minor})",))[
                 0

@@ -1,0 +1,160 @@
+"""The scanned modules as the py-runtime interpreter sees them: names, text and module-level bindings.
+
+`Module` is one parsed file of the scanned set; `collect_bindings` records what each module-level
+name is bound to (a definition, a class, an import, an assignment), also inside ``if``/``try``/
+``with`` and loops, so that `liftgate.detect.py_scope` can follow a name from module to module
+without importing anything. `module_name_for` and `resolve_relative` turn paths and relative
+imports into dotted module names (the call graph of `liftgate.chain` uses them too).
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+from dataclasses import dataclass, field
+
+
+def module_name_for(path: str) -> str:
+    stem = path[:-3] if path.endswith(".py") else path
+    parts = stem.split("/")
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def resolve_relative(importer: str, is_package: bool, level: int, module: str | None) -> str:
+    """The absolute name of ``from {'.' * level}{module} import …`` written in module ``importer``."""
+    base = importer.split(".") if importer else []
+    if not is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)] if level - 1 <= len(base) else []
+    parts = [*base, *(module.split(".") if module else [])]
+    return ".".join(p for p in parts if p)
+
+
+_STATEMENT_KEYWORD = re.compile(r"^\s*(?:elif|if|while|for|async\s+for)\b")
+_INNER_BRANCH = re.compile(r"\b(?:if|for)\b")
+
+
+def collapse(text: str) -> str:
+    """``text`` on one line, its runs of whitespace collapsed to one space."""
+    return " ".join(text.split())
+
+
+def short(text: str, limit: int = 110) -> str:
+    text = collapse(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class Module:
+    name: str
+    package: str
+    version: str | None
+    path: str
+    text: str
+    tree: ast.Module
+    is_package: bool
+    bindings: dict[str, list[tuple[str, ast.AST, object]]] = field(default_factory=dict)
+    star_imports: list[str] = field(default_factory=list)
+    _lines: list[str] | None = None
+    _branch_lines: list[int] | None = None
+
+    def may_hold_branches(self, node: ast.AST) -> bool:
+        """Could ``node`` hold a conditional expression or a comprehension? (Read from the text:
+        walking every statement's syntax tree for them costs more than the rest of the analysis.)"""
+        lines = self._branch_lines
+        if lines is None:
+            lines = self._branch_lines = [
+                number for number, line in enumerate(self.text.splitlines(), 1)
+                if _INNER_BRANCH.search(_STATEMENT_KEYWORD.sub("", line, count=1))
+            ]  # fmt: skip
+        start = getattr(node, "lineno", 0)
+        i = bisect.bisect_left(lines, start)
+        return i < len(lines) and lines[i] <= (getattr(node, "end_lineno", None) or start)
+
+    def segment(self, node: ast.AST) -> str:
+        """The source text of ``node`` (``ast.get_source_segment`` re-splits the file on every call)."""
+        lines = self._lines
+        if lines is None:
+            lines = self._lines = self.text.splitlines(keepends=True)
+        start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if start is None or end is None or col is None or end_col is None or end > len(lines):
+            try:
+                return ast.unparse(node)
+            except Exception:
+                return "…"
+        if start == end:
+            line: str = lines[start - 1]
+            return line.encode()[col:end_col].decode(errors="replace")
+        first = lines[start - 1].encode()[col:].decode(errors="replace")
+        last = lines[end - 1].encode()[:end_col].decode(errors="replace")
+        return "".join([first, *lines[start : end - 1], last])
+
+    def resolve_relative(self, level: int, module: str | None) -> str:
+        return resolve_relative(self.name, self.is_package, level, module)
+
+
+def collect_bindings(module: Module) -> None:
+    def visit(stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                kind = "class" if isinstance(stmt, ast.ClassDef) else "def"
+                module.bindings.setdefault(stmt.name, []).append((kind, stmt, None))
+            elif isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    _bind_target(module.bindings, target, stmt.value)
+            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                _bind_target(module.bindings, stmt.target, stmt.value)
+            elif isinstance(stmt, ast.Import):
+                for alias in stmt.names:
+                    if alias.asname:
+                        module.bindings.setdefault(alias.asname, []).append(("module", stmt, alias.name))
+                    else:
+                        top = alias.name.split(".")[0]
+                        module.bindings.setdefault(top, []).append(("module", stmt, top))
+            elif isinstance(stmt, ast.ImportFrom):
+                source = (
+                    module.resolve_relative(stmt.level, stmt.module) if stmt.level else (stmt.module or "")
+                )
+                for alias in stmt.names:
+                    if alias.name == "*":
+                        module.star_imports.append(source)
+                    else:
+                        module.bindings.setdefault(alias.asname or alias.name, []).append(
+                            ("from", stmt, (source, alias.name))
+                        )
+            elif isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                for block in ("body", "orelse", "finalbody"):
+                    visit(getattr(stmt, block, []) or [])
+                for handler in getattr(stmt, "handlers", []) or []:
+                    visit(handler.body)
+
+    visit(module.tree.body)
+
+
+def _bind_target(
+    bindings: dict[str, list[tuple[str, ast.AST, object]]], target: ast.expr, value: ast.expr
+) -> None:
+    if isinstance(target, ast.Name):
+        bindings.setdefault(target.id, []).append(("assign", value, None))
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for index, element in enumerate(target.elts):
+            if isinstance(element, ast.Name):
+                bindings.setdefault(element.id, []).append(("unpack", value, index))
+
+
+def decorator_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    name = ".".join(reversed(parts))
+    return name.rsplit(".", 1)[-1] if name.startswith("functools.") is False else name

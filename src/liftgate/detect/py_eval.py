@@ -1,0 +1,726 @@
+"""Expressions of the scanned code, evaluated over capability lanes (`liftgate.detect.pyvalues`).
+
+`Evaluator` follows values through names (`liftgate.detect.py_scope`), attributes of modules,
+classes, instances (properties, ``self.x = …`` in initialisers, ``__getattr__``) and dicts, and
+through calls: a scanned function is run on its arguments (memoized, depth-bounded), a device
+API or builtin is modelled (`liftgate.detect.py_models`). Statements are
+`liftgate.detect.py_exec.Executor`'s.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from liftgate.detect.py_binding import decorator_name, short
+from liftgate.detect.py_domain import (
+    all_dicts,
+    and_values,
+    compare,
+    elements_of,
+    format_value,
+    is_unknown,
+    not_value,
+    only_plain,
+    or_values,
+    raise_type_error,
+    reorder_trail,
+    subscript,
+)
+from liftgate.detect.py_gates import terminates
+from liftgate.detect.py_models import MODEL_WINS, call_model, dict_method
+from liftgate.detect.py_scope import ClassInfo, Frame, FunctionInfo, Scopes
+from liftgate.detect.pyvalues import (
+    AV,
+    MAX_INT_BITS,
+    MAX_SET,
+    NONE,
+    TOP,
+    TOP_SET,
+    BoundMethod,
+    Builtin,
+    ClassRef,
+    DeviceProps,
+    DictObj,
+    ExternalRef,
+    FuncRef,
+    Instance,
+    ModuleRef,
+    Opaque,
+    PartialRef,
+    Truth3,
+    Unsupported,
+    call_concrete_method,
+    combine,
+    concrete_attribute,
+    const,
+    cupy_capability_value,
+    inferred_predicate,
+    is_marker,
+    join,
+    lane_count,
+    lift,
+    safe_binop,
+    truth_lanes,
+)
+from liftgate.model import ElseKind, Evidence, Span
+
+_MAX_CALL_DEPTH = 8
+# Expressions being evaluated inside each other, callees included: a deeper one is "anything".
+# Real code nests expressions ~20 deep; the bound keeps the walk well inside the recursion limit
+# `PythonAnalyzer.analyze` sets (6,000), each level costing about three Python frames.
+MAX_EVAL_NESTING = 1_000
+_INITIALIZER = re.compile(r"__init__|__post_init__|_?init|_?setup|_?initialize|_?build|_?configure|_?load")
+# Expression evaluations allowed for one function's walk, callees included (they are memoized).
+_STEP_BUDGET = 50_000
+
+
+class _Terminated(Exception):
+    pass
+
+
+class Evaluator(Scopes):
+    """Expressions, attributes and calls over capability lanes (see the module docstring)."""
+
+    def eval(self, node: ast.expr, frame: Frame) -> AV:
+        self._steps += 1
+        if self._steps > _STEP_BUDGET:
+            return TOP  # a pathological function: give up on it rather than on the scan
+        method = getattr(self, f"_eval_{type(node).__name__}", None)
+        if method is None:
+            return TOP
+        if self._nesting >= MAX_EVAL_NESTING:
+            self.too_deep[frame.module.path] = None
+            return TOP
+        self._nesting += 1
+        try:
+            result: AV = method(node, frame)
+        except (Unsupported, _Terminated):
+            return TOP
+        finally:
+            self._nesting -= 1
+        return result
+
+    def _eval_Constant(self, node: ast.Constant, frame: Frame) -> AV:
+        if isinstance(node.value, int) and node.value.bit_length() > MAX_INT_BITS:
+            return TOP  # a literal too large to follow (a 0x… of a million digits)
+        return const(node.value)
+
+    def _eval_Name(self, node: ast.Name, frame: Frame) -> AV:
+        return self.lookup(node.id, frame, node)
+
+    def _eval_NamedExpr(self, node: ast.NamedExpr, frame: Frame) -> AV:
+        value = self.eval(node.value, frame)
+        frame.env[node.target.id] = value
+        return value
+
+    def _eval_Tuple(self, node: ast.Tuple | ast.List, frame: Frame) -> AV:
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            return TOP
+        parts = [self.eval(e, frame) for e in node.elts]
+        if len(parts) > 64:
+            return TOP
+        return lift(lambda *xs: tuple(xs), *parts) if parts else const(())
+
+    _eval_List = _eval_Tuple
+
+    def _eval_Set(self, node: ast.Set, frame: Frame) -> AV:
+        parts = [self.eval(e, frame) for e in node.elts]
+        return lift(lambda *xs: frozenset(xs), *parts) if parts else const(frozenset())
+
+    def _eval_Dict(self, node: ast.Dict, frame: Frame) -> AV:
+        items: list[tuple[object, AV]] = []
+        for k, v in zip(node.keys, node.values, strict=True):
+            if k is None:
+                return TOP
+            try:
+                key = self.eval(k, frame).single()
+                hash(key)
+            except (Unsupported, TypeError):
+                return TOP
+            items.append((key, self.eval(v, frame)))
+        where = Evidence("", frame.module.path, node.lineno)
+        return const(DictObj(tuple(items), where))
+
+    def _eval_JoinedStr(self, node: ast.JoinedStr, frame: Frame) -> AV:
+        parts: list[AV] = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(const(str(value.value)))
+            elif isinstance(value, ast.FormattedValue):
+                if value.format_spec is not None or value.conversion not in (-1, 115):
+                    return TOP
+                parts.append(
+                    lift(
+                        lambda x: x if isinstance(x, str) else format_value(x), self.eval(value.value, frame)
+                    )
+                )
+            else:
+                return TOP
+        return lift(lambda *xs: "".join(xs), *parts) if parts else const("")
+
+    def _eval_BinOp(self, node: ast.BinOp, frame: Frame) -> AV:
+        op = type(node.op).__name__
+        return lift(
+            lambda a, b: safe_binop(op, a, b), self.eval(node.left, frame), self.eval(node.right, frame)
+        )
+
+    def _eval_UnaryOp(self, node: ast.UnaryOp, frame: Frame) -> AV:
+        operand = self.eval(node.operand, frame)
+        if isinstance(node.op, ast.Not):
+            return not_value(operand)
+        if isinstance(node.op, ast.USub):
+            return lift(lambda a: -a if isinstance(a, (int, float)) else raise_type_error(), operand)
+        return (
+            lift(lambda a: +a if isinstance(a, (int, float)) else raise_type_error(), operand)
+            if isinstance(node.op, ast.UAdd)
+            else TOP
+        )
+
+    def _eval_Compare(self, node: ast.Compare, frame: Frame) -> AV:
+        left = self.eval(node.left, frame)
+        result: AV | None = None
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            right = self.eval(comparator, frame)
+            name = type(op).__name__
+            step = compare(name, left, right)
+            result = step if result is None else and_values([result, step])
+            left = right
+        assert result is not None
+        return result
+
+    def _eval_BoolOp(self, node: ast.BoolOp, frame: Frame) -> AV:
+        values = [self.eval(v, frame) for v in node.values]
+        texts = [frame.module.segment(v) for v in node.values]
+        if any(v.arch for v in values):
+            # Facts that do not depend on the device are assumed favourable and reported.
+            kept, deps = [], []
+            for value, text in zip(values, texts, strict=True):
+                if value.arch or not is_unknown(value):
+                    kept.append(value)
+                else:
+                    deps.append(short(text, 90))
+            values = kept or values
+            result = and_values(values) if isinstance(node.op, ast.And) else or_values(values)
+            return result.with_deps(deps) if deps else result
+        return and_values(values) if isinstance(node.op, ast.And) else or_values(values)
+
+    def _eval_IfExp(self, node: ast.IfExp, frame: Frame) -> AV:
+        test = self.eval(node.test, frame)
+        if frame.sink is not None:
+            frame.sink.add(
+                node, node.test, test, "conditional expression", frame.scope,
+                guard=False, else_kind=ElseKind.FALLBACK,
+                then_span=Span(node.body.lineno, node.body.end_lineno or node.body.lineno),
+                else_span=Span(node.orelse.lineno, node.orelse.end_lineno or node.orelse.lineno),
+            )  # fmt: skip
+        body, orelse = self.eval(node.body, frame), self.eval(node.orelse, frame)
+        if not test.arch:
+            t = truth_lanes(test)
+            if all(x == Truth3.TRUE for x in t):
+                return body
+            if all(x == Truth3.FALSE for x in t):
+                return orelse
+            return join([body, orelse])
+        truths = truth_lanes(test)
+        sets = []
+        n = lane_count()
+        for i in range(n):
+            if truths[i] == Truth3.TRUE:
+                sets.append(body.lane(i))
+            elif truths[i] == Truth3.FALSE:
+                sets.append(orelse.lane(i))
+            else:
+                sets.append(body.lane(i) | orelse.lane(i))
+        return combine([test, body, orelse], sets)
+
+    def _eval_Subscript(self, node: ast.Subscript, frame: Frame) -> AV:
+        value = self.eval(node.value, frame)
+        if isinstance(node.slice, ast.Slice):
+            lower = self.eval(node.slice.lower, frame) if node.slice.lower else NONE
+            upper = self.eval(node.slice.upper, frame) if node.slice.upper else NONE
+            return lift(lambda v, lo, hi: subscript(v, slice(lo, hi)), value, lower, upper)
+        index = self.eval(node.slice, frame)
+        out = []
+        for container in elements_of(value):
+            if isinstance(container, DictObj):
+                out.append(self.dict_lookup(container, index, frame, node))
+        if out:
+            return join(out + ([lift(subscript, value, index)] if not all_dicts(value) else []))
+        return lift(subscript, value, index)
+
+    def dict_lookup(self, d: DictObj, key: AV, frame: Frame, node: ast.AST, default: AV | None = None) -> AV:
+        # Lane by lane: `BY_MAJOR.get(major)` with a device-dependent key is a device-dependent value.
+        expr_text = frame.module.segment(node) if isinstance(node, ast.expr) else ""
+        by_key: dict[object, AV] = {}
+
+        def value_for(k: object) -> AV:
+            cached = by_key.get(k)
+            if cached is not None:
+                return cached
+            found = None if is_marker(k) else d.get(k)
+            if found is None:
+                value = default if default is not None and not is_marker(k) else TOP
+            else:
+                where = d.where
+                step = Evidence(
+                    _render_lookup(expr_text, k, found),
+                    where.path if where else None,
+                    where.line if where else None,
+                )
+                value = found.with_trail(step)
+            by_key[k] = value
+            return value
+
+        try:
+            lanes = [[value_for(k) for k in s] for s in key.sets]
+        except TypeError:  # an unhashable key
+            return TOP
+        parts = list(by_key.values())
+        if not parts:
+            return TOP
+        n = 1 if key.uniform and all(p.uniform for p in parts) else lane_count()
+        sets: list[frozenset[object]] = []
+        for i in range(n):
+            acc: set[object] = set()
+            for value in lanes[0 if key.uniform else i]:
+                acc |= value.lane(i)
+            sets.append(frozenset(acc) if len(acc) <= MAX_SET else TOP_SET)
+        return combine([key, *parts], sets)
+
+    def _eval_Attribute(self, node: ast.Attribute, frame: Frame) -> AV:
+        base = self.eval(node.value, frame)
+        return self.attribute(base, node.attr, frame, node)
+
+    def attribute(self, base: AV, name: str, frame: Frame, node: ast.AST) -> AV:
+        results: list[AV] = []
+        plain = False
+        for element in elements_of(base):
+            if is_marker(element):
+                results.append(self._unknown_attribute(name, frame, node))
+            elif isinstance(element, ModuleRef):
+                if name in MODEL_WINS:
+                    # `torch.cuda.get_device_capability` with torch's own source in the scan: the
+                    # model wins here too, as it does for `from torch.cuda import …` (`import_from`).
+                    results.append(const(ExternalRef(f"{element.name}.{name}")))
+                    continue
+                module = self.module(element.name)
+                found = self.module_attribute(module, name) if module else None
+                results.append(found if found is not None else TOP)
+            elif isinstance(element, ExternalRef):
+                results.append(self._external_attribute(element, name, node, frame))
+            elif isinstance(element, Instance):
+                results.append(self._instance_attribute(element, name, frame, node))
+            elif isinstance(element, ClassRef):
+                results.append(self._class_attribute(element, name, None, frame, node) or TOP)
+            elif isinstance(element, DictObj):
+                results.append(const(BoundMethod(Builtin(f"dict.{name}"), element)) if name == "get" else TOP)
+            elif isinstance(element, Opaque):
+                results.append(TOP)
+            else:
+                plain = True
+        if plain:
+            results.append(lift(lambda v: concrete_attribute(v, name), only_plain(base)))
+        value = join(results) if results else TOP
+        if base.arch or base.trail:
+            value = combine([base, value], list(value.sets))
+        if (
+            plain
+            and name == "name"
+            and value.arch
+            and any(isinstance(x, DeviceProps) for x in elements_of(base))
+        ):
+            # `get_device_properties(0).name`: what a product name says is read from the product list.
+            value = AV(value.sets, True, value.trail, value.deps)
+        return value
+
+    def _unknown_attribute(self, name: str, frame: Frame, node: ast.AST) -> AV:
+        if name in MODEL_WINS:
+            return const(ExternalRef(f"?.{name}"))
+        if name == "compute_capability":
+            return cupy_capability_value(
+                Evidence(
+                    ".compute_capability (cupy: a string such as '90')",
+                    frame.module.path,
+                    getattr(node, "lineno", None),
+                )
+            )
+        inferred = inferred_predicate(name, frame.module.path, getattr(node, "lineno", None))
+        return inferred if inferred is not None else TOP
+
+    def _external_attribute(self, ref: ExternalRef, name: str, node: ast.AST, frame: Frame) -> AV:
+        if name == "compute_capability":
+            return cupy_capability_value(
+                Evidence(f"{ref.dotted}.compute_capability", frame.module.path, getattr(node, "lineno", None))
+            )
+        dotted = f"{ref.dotted}.{name}"
+        if name not in MODEL_WINS and self.has_module(dotted):
+            return self._module_value(dotted)
+        if name not in MODEL_WINS and not self.has_module(ref.dotted):
+            # `deep_gemm.utils.is_sm90()` from a library outside the scan: read from the name.
+            inferred = inferred_predicate(name, frame.module.path, getattr(node, "lineno", None))
+            if inferred is not None:
+                return inferred
+        return const(ExternalRef(dotted))
+
+    def _class_attribute(
+        self,
+        cls: ClassRef,
+        name: str,
+        instance: Instance | None,
+        frame: Frame,
+        node: ast.AST,
+        depth: int = 0,
+    ) -> AV | None:
+        info = self._classes.get(cls.key)
+        if info is None or depth > 8:
+            return None
+        for stmt in info.node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                decorators = {decorator_name(d) for d in stmt.decorator_list}
+                func = self.function_value(info.module, stmt, None, f"{info.qualname}.{name}", cls)
+                if (
+                    "property" in decorators
+                    or "cached_property" in decorators
+                    or "functools.cached_property" in decorators
+                ):
+                    return self.call(func, [const(instance or cls)], {}, frame, node)
+                if "staticmethod" in decorators:
+                    return func
+                if instance is not None or "classmethod" in decorators:
+                    receiver = instance if instance is not None else cls
+                    return const(BoundMethod(func.single(), receiver))
+                return func
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+            ):
+                scope = self._class_scope(cls, info, stmt, frame, node, depth)
+                return self.eval(stmt.value, Frame(info.module, scope, {}))
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and stmt.target.id == name
+                and stmt.value
+            ):
+                scope = self._class_scope(cls, info, stmt, frame, node, depth)
+                return self.eval(stmt.value, Frame(info.module, scope, {}))
+        for base in info.node.bases:
+            base_value = self.eval(base, Frame(info.module, {}, {}))
+            for element in elements_of(base_value):
+                if isinstance(element, ClassRef):
+                    found = self._class_attribute(element, name, instance, frame, node, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def _class_scope(
+        self, cls: ClassRef, info: ClassInfo, stmt: ast.stmt, frame: Frame, node: ast.AST, depth: int
+    ) -> dict[str, AV]:
+        """The class-body names bound before ``stmt`` that it reads: ``block = 128 if hopper else 64``
+        sees the ``hopper = …`` above it, not a module global."""
+        read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        bound: set[str] = set()
+        for earlier in info.node.body:
+            if earlier is stmt:
+                break
+            if isinstance(earlier, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(earlier.name)
+            elif isinstance(earlier, ast.Assign):
+                bound.update(t.id for t in earlier.targets if isinstance(t, ast.Name))
+            elif (
+                isinstance(earlier, ast.AnnAssign) and isinstance(earlier.target, ast.Name) and earlier.value
+            ):
+                bound.add(earlier.target.id)
+        scope: dict[str, AV] = {}
+        for name in sorted(read & bound):
+            found = self._class_attribute(cls, name, None, frame, node, depth + 1)
+            if found is not None:
+                scope[name] = found
+        return scope
+
+    def _instance_attribute(self, inst: Instance, name: str, frame: Frame, node: ast.AST) -> AV:
+        found = self._class_attribute(inst.cls, name, inst, frame, node)
+        if found is not None:
+            return found
+        assigned = self._self_assignments(inst.cls, name)
+        if assigned is not None:
+            return assigned
+        getattr_method = self._class_attribute(inst.cls, "__getattr__", inst, frame, node)
+        if getattr_method is not None and name not in ("__dict__",):
+            info = self._classes[inst.cls.key]
+            step = Evidence(
+                f".{name} → {info.qualname}.__getattr__({name!r})",
+                info.module.path,
+                _def_line(info.node, "__getattr__"),
+            )
+            result = self.call(getattr_method, [const(name)], {}, frame, node)
+            return result.with_trail(step) if result.arch else result
+        return self._unknown_attribute(name, frame, node)
+
+    def _self_index(self, cls: ClassRef) -> dict[str, list[tuple[str, ast.Assign | ast.AnnAssign]]]:
+        """``self.<attr> = …`` assignments in the class's methods, by attribute name (built once per class)."""
+        index = self._self_indexes.get(cls.key)
+        if index is not None:
+            return index
+        index = {}
+        info = self._classes.get(cls.key)
+        if info is not None:
+            for stmt in info.node.body:
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or not stmt.args.args:
+                    continue
+                if not _INITIALIZER.match(stmt.name):
+                    continue  # attributes that gate code are set up front; walking every method is costly
+                self_name = stmt.args.args[0].arg
+                for sub in ast.walk(stmt):
+                    if isinstance(sub, ast.Assign):
+                        targets = sub.targets
+                    elif isinstance(sub, ast.AnnAssign) and sub.value is not None:
+                        targets = [sub.target]
+                    else:
+                        continue
+                    for target in targets:
+                        if (
+                            isinstance(target, ast.Attribute)
+                            and isinstance(target.value, ast.Name)
+                            and target.value.id == self_name
+                        ):
+                            index.setdefault(target.attr, []).append((self_name, sub))
+        self._self_indexes[cls.key] = index
+        return index
+
+    def _self_assignments(self, cls: ClassRef, name: str) -> AV | None:
+        key = ("self", cls.key, name)
+        if key in self._self_values:
+            return self._self_values[key]
+        if key in self._in_progress:
+            return TOP
+        info = self._classes.get(cls.key)
+        assignments = self._self_index(cls).get(name)
+        if info is None or not assignments:
+            return None
+        values = []
+        self._in_progress.add(key)
+        try:
+            for self_name, sub in assignments[:8]:
+                assert sub.value is not None
+                frame = Frame(info.module, {self_name: const(Instance(cls))}, {}, cls=cls)
+                value = self.eval(sub.value, frame)
+                if value.arch:
+                    step = Evidence(
+                        f"self.{name} = {short(info.module.segment(sub.value), 100)}",
+                        info.module.path,
+                        sub.lineno,
+                    )
+                    value = value.with_trail(step)
+                values.append(value)
+        finally:
+            self._in_progress.discard(key)
+        result = join(values)
+        self._self_values[key] = result
+        return result
+
+    def _eval_Lambda(self, node: ast.Lambda, frame: Frame) -> AV:
+        return self.function_value(frame.module, node, {**frame.closure, **frame.env}, "<lambda>", None)
+
+    # calls
+
+    def _eval_Call(self, node: ast.Call, frame: Frame) -> AV:
+        func = self.eval(node.func, frame)
+        args: list[AV] = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                return TOP  # *args: the arguments cannot be bound
+            args.append(self.eval(a, frame))
+        kwargs: dict[str, AV] = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                return TOP  # **kwargs: the arguments cannot be bound
+            kwargs[kw.arg] = self.eval(kw.value, frame)
+        return self.call(func, args, kwargs, frame, node)
+
+    def call(self, func: AV, args: list[AV], kwargs: dict[str, AV], frame: Frame, node: ast.AST) -> AV:
+        if func.inferred and all(isinstance(x, bool) for x in elements_of(func)):
+            # A predicate known only by its name (`is_sm90`, read as a flag): its call reads the same.
+            return func
+        results = {
+            element: self._call_one(element, args, kwargs, frame, node) for element in elements_of(func)
+        }
+        if not results:
+            value = TOP
+        elif func.uniform:
+            value = join(results.values())
+        else:
+            # A callee that differs between devices (`cap.to_int` bound to each lane's capability):
+            # each lane takes the results of its own callees, or `.to_int()` forgets the device.
+            sets: list[frozenset[object]] = []
+            for i in range(lane_count()):
+                acc: set[object] = set()
+                for element in func.lane(i):
+                    acc |= results[element].lane(i)
+                sets.append(frozenset(acc) if len(acc) <= MAX_SET else TOP_SET)
+            value = combine(list(results.values()), sets)
+        if func.trail and value.arch:
+            value = value.with_trail(*func.trail)
+            value = AV(
+                value.sets,
+                value.inferred or func.inferred,
+                reorder_trail(func.trail, value.trail),
+                value.deps,
+            )
+        return value
+
+    def _call_one(
+        self, element: object, args: list[AV], kwargs: dict[str, AV], frame: Frame, node: ast.AST
+    ) -> AV:
+        if isinstance(element, FuncRef):
+            return self._call_function(element, args, kwargs, node)
+        if isinstance(element, PartialRef):
+            merged = {**dict(element.kwargs), **kwargs}
+            result = self._call_one(element.func, [*element.args, *args], merged, frame, node)
+            return result
+        if isinstance(element, BoundMethod):
+            if isinstance(element.func, Builtin) and element.func.name.startswith("dict."):
+                assert isinstance(element.receiver, DictObj)
+                return dict_method(self, element.receiver, element.func.name[5:], args, frame, node)
+            if isinstance(element.func, Builtin) and "." in element.func.name:
+                return self._call_concrete(element, args, kwargs)
+            return self._call_one(element.func, [const(element.receiver), *args], kwargs, frame, node)
+        if isinstance(element, ClassRef):
+            return const(Instance(element))
+        if isinstance(element, (ExternalRef, Builtin)):
+            return call_model(self, element, args, kwargs, frame, node)
+        return TOP
+
+    def _call_concrete(self, method: BoundMethod, args: list[AV], kwargs: dict[str, AV]) -> AV:
+        name = method.func.name  # type: ignore[attr-defined]
+        receiver = const(method.receiver)
+        keys = list(kwargs)
+        return lift(
+            lambda r, *xs: call_concrete_method(name, r, tuple(xs[: len(args)]), dict(zip(keys, xs[len(args):], strict=True))),
+            receiver, *args, *kwargs.values(),
+        )  # fmt: skip
+
+    def _call_function(self, ref: FuncRef, args: list[AV], kwargs: dict[str, AV], node: ast.AST) -> AV:
+        info = self._callables.get(ref.key)
+        if info is None:
+            return TOP
+        key = (ref.key, tuple(a.sets for a in args), tuple(sorted((k, v.sets) for k, v in kwargs.items())))
+        cached = self._calls.get(key)
+        if cached is not None:
+            return cached
+        if key in self._in_progress or self._depth >= _MAX_CALL_DEPTH:
+            return TOP
+        self._in_progress.add(key)
+        self._depth += 1
+        try:
+            result = self._run_function(info, args, kwargs)
+        except RecursionError:
+            result = TOP
+        finally:
+            self._depth -= 1
+            self._in_progress.discard(key)
+        self._calls[key] = result
+        return result
+
+    def bind_arguments(
+        self, info: FunctionInfo, args: list[AV], kwargs: dict[str, AV], module_frame: Frame
+    ) -> dict[str, AV]:
+        spec = info.node.args
+        env: dict[str, AV] = {}
+        positional = [*spec.posonlyargs, *spec.args]
+        defaults = [None] * (len(positional) - len(spec.defaults)) + list(spec.defaults)
+        for i, param in enumerate(positional):
+            if i < len(args):
+                env[param.arg] = args[i]
+            elif param.arg in kwargs:
+                env[param.arg] = kwargs[param.arg]
+            elif defaults[i] is not None:
+                env[param.arg] = self.eval(defaults[i], module_frame)  # type: ignore[arg-type]
+            else:
+                env[param.arg] = TOP
+        for param, default in zip(spec.kwonlyargs, spec.kw_defaults, strict=True):
+            if param.arg in kwargs:
+                env[param.arg] = kwargs[param.arg]
+            elif default is not None:
+                env[param.arg] = self.eval(default, module_frame)
+            else:
+                env[param.arg] = TOP
+        if spec.vararg:
+            env[spec.vararg.arg] = TOP
+        if spec.kwarg:
+            env[spec.kwarg.arg] = TOP
+        return env
+
+    def _run_function(self, info: FunctionInfo, args: list[AV], kwargs: dict[str, AV]) -> AV:
+        module_frame = Frame(info.module, {}, dict(info.closure or {}), cls=info.cls)
+        env = self.bind_arguments(info, args, kwargs, module_frame)
+        frame = Frame(info.module, env, dict(info.closure or {}), cls=info.cls)
+        if isinstance(info.node, ast.Lambda):
+            return self.eval(info.node.body, frame)
+        self.exec_block(info.node.body, frame)
+        if not terminates(info.node.body):
+            frame.returns.append((NONE, list(frame.guards)))
+        return self._function_result(info, frame)
+
+    def _function_result(self, info: FunctionInfo, frame: Frame) -> AV:
+        returns = frame.returns
+        if not returns:
+            return TOP  # always raises: no value
+        if any(v.arch for v, _ in returns):
+            kept: list[AV] = []
+            deps: list[str] = []
+            for value, guards in returns:
+                non_arch = [(g, text) for g, text in guards if not g.arch]
+                if not value.arch and (non_arch or is_unknown(value)) and not any(g.arch for g, _ in guards):
+                    # A return that depends on something other than the device (`if not is_cuda():
+                    # return False`, an override dict): assumed not taken, and reported.
+                    deps.extend(f"{_negated(text)} (in {info.qualname})" for _, text in non_arch[-1:])
+                    continue
+                kept.append(value)
+            result = join(kept) if kept else join(v for v, _ in returns)
+            if deps:
+                result = result.with_deps(deps)
+        else:
+            result = join(v for v, _ in returns)
+        if result.arch:
+            node = info.node
+            arch_returns = [r for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
+            shown = " | ".join(
+                short(info.module.segment(r.value), 80) for r in arch_returns[:2] if r.value is not None
+            )
+            line = arch_returns[0].lineno if arch_returns else getattr(node, "lineno", None)
+            step = Evidence(f"{info.qualname}() returns {shown}", info.module.path, line)
+            result = AV(result.sets, result.inferred, (step, *result.trail)[:16], result.deps)
+            self.arch_names.add(info.qualname.split(".")[-1])
+        return result
+
+    def exec_block(self, stmts: list[ast.stmt], frame: Frame) -> None:
+        """Run statements in ``frame`` (`liftgate.detect.py_exec.Executor.exec_block`)."""
+        raise NotImplementedError
+
+
+def _def_line(cls: ast.ClassDef, name: str) -> int | None:
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+            return stmt.lineno
+    return cls.lineno
+
+
+def _render_lookup(expr_text: str, key: object, found: AV) -> str:
+    try:
+        value = found.single()
+        shown = repr(value) if isinstance(value, (str, int)) else getattr(value, "name", "…")
+    except Unsupported:
+        shown = "…"
+    base = expr_text.split("[")[0].split(".get(")[0] if expr_text else "dict"
+    return f"{short(base, 60)}[{key!r}] → {shown}"
+
+
+def _negated(text: str) -> str:
+    """The negation of a condition's text, without a double ``not``."""
+    text = short(text, 90)
+    if text.startswith("not (") and text.endswith(")"):
+        return text[5:-1]
+    if text.startswith("not ") and " and " not in text and " or " not in text:
+        return text[4:]
+    return f"not ({text})"

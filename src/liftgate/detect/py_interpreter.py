@@ -1,0 +1,167 @@
+"""The py-runtime interpreter's walk: which functions of a module are interpreted in gate mode.
+
+A module's top level and class bodies are always walked; a function only when its text mentions
+the device (`runtime_prefilter`) or a name already found to carry an arch-dependent value. The
+others wait in `Interpreter.deferred` until a later round finds such a name in them. The
+package-level driver is `liftgate.detect.python.PythonAnalyzer`.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import re
+from collections.abc import Iterator
+
+from liftgate.detect.py_binding import Module, decorator_name
+from liftgate.detect.py_exec import Executor
+from liftgate.detect.py_gates import GateEmitter
+from liftgate.detect.py_scope import Frame
+from liftgate.detect.pyvalues import AV, TOP, ClassRef, Instance, const, inferred_predicate
+
+# Files worth a full walk mention the device's capability or an arch-named helper. Plain
+# substring tests on the lower-cased bytes: a regex alternation is ten times slower on 70 MB.
+_PREFILTER_TOKENS = (
+    b"capabilit", b"get_arch_list", b"get_device_name", b"get_device_properties", b"get_current_target",
+    b"device_sm", b"is_sm", b"hopper", b"blackwell", b"ampere", b"volta", b"turing", b"lovelace", b"is_ada",
+)  # fmt: skip
+_SM_NUMBER = re.compile(rb"sm_?(?:[7-9]\d|1[0-2]\d)(?![\d])")
+
+
+def runtime_prefilter(data: bytes) -> bool:
+    """Might this Python file hold a runtime capability check? (False means: certainly not, by its own text.)"""
+    low = data.lower()
+    return any(token in low for token in _PREFILTER_TOKENS) or _SM_NUMBER.search(low) is not None
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Interpreter(Executor):
+    """Evaluates expressions of the scanned modules over capability lanes and reports their gates
+    (`liftgate.detect.python`'s module docstring tells what it follows)."""
+
+    def function_gate_walk(self, module: Module, sink: GateEmitter) -> None:
+        """Walk the module's top level and classes, and each function that can hold a gate, reporting gates.
+
+        A function is walked when its text mentions the device or a name already known to carry an
+        arch-dependent value; the others wait in ``deferred`` until a later round finds such a name
+        in them (`walk_deferred`). Interpreting every function of every module costs minutes.
+        """
+        top = Frame(module, {}, {}, sink=sink, scope=())
+        self._walk_block(module.tree.body, top, (), None)
+
+    def walk_deferred(self) -> None:
+        """Walk the deferred functions that mention a name found arch-dependent since they were deferred."""
+        pending, self.deferred = self.deferred, []
+        for item in pending:
+            stmt, frame, scope, cls = item
+            if self._identifiers(frame.module, stmt).isdisjoint(self.arch_names):
+                self.deferred.append(item)
+            else:
+                self._walk_function(stmt, frame, scope, cls)
+
+    def _identifiers(self, module: Module, node: ast.AST) -> frozenset[str]:
+        found = self._identifier_cache.get(id(node))
+        if found is None:
+            found = self._identifier_cache[id(node)] = frozenset(_IDENTIFIER.findall(module.segment(node)))
+        return found
+
+    def _worth_walking(self, module: Module, stmt: ast.AST) -> bool:
+        text = module.segment(stmt)
+        if runtime_prefilter(text.encode()):
+            return True
+        return not self._identifiers(module, stmt).isdisjoint(self.arch_names)
+
+    def _walk_block(
+        self, body: list[ast.stmt], frame: Frame, scope: tuple[str, ...], cls: ClassRef | None
+    ) -> None:
+        frame.scope = scope
+        self._steps = 0
+        with contextlib.suppress(RecursionError):
+            self.exec_block(body, frame)
+        if cls is not None:  # a class body: `Config.block` read elsewhere deserves a walk, like `self.x`
+            self.arch_names.update(name for name, value in frame.env.items() if value.arch)
+        for stmt in _nested_definitions(body):
+            if isinstance(stmt, ast.ClassDef):
+                ref = self.class_ref(frame.module, stmt, ".".join((*scope, stmt.name)))
+                class_frame = Frame(frame.module, {}, {}, cls=ref, sink=frame.sink)
+                self._walk_block(stmt.body, class_frame, (*scope, stmt.name), ref)
+            elif self._worth_walking(frame.module, stmt):
+                self._walk_function(stmt, frame, scope, cls)
+            else:
+                self.deferred.append((stmt, frame, scope, cls))
+
+    def _walk_function(
+        self,
+        stmt: ast.FunctionDef | ast.AsyncFunctionDef,
+        frame: Frame,
+        scope: tuple[str, ...],
+        cls: ClassRef | None,
+    ) -> None:
+        env: dict[str, AV] = {}
+        spec = stmt.args
+        params = [*spec.posonlyargs, *spec.args]
+        defaults: list[ast.expr | None] = [None] * (len(params) - len(spec.defaults)) + list(spec.defaults)
+        kw_defaults = dict(zip((p.arg for p in spec.kwonlyargs), spec.kw_defaults, strict=True))
+        module_frame = Frame(frame.module, {}, dict(frame.closure))
+        for i, param in enumerate(params):
+            env[param.arg] = self._param_value(param.arg, frame.module, param, defaults[i], module_frame)
+            if i == 0 and cls is not None:
+                decorators = {decorator_name(d) for d in stmt.decorator_list}
+                if "staticmethod" not in decorators:
+                    env[param.arg] = const(cls if "classmethod" in decorators else Instance(cls))
+        for param in spec.kwonlyargs:
+            env[param.arg] = self._param_value(
+                param.arg, frame.module, param, kw_defaults[param.arg], module_frame
+            )
+        if spec.vararg:
+            env[spec.vararg.arg] = TOP
+        if spec.kwarg:
+            env[spec.kwarg.arg] = TOP
+        closure = {**frame.closure, **frame.env}
+        inner = Frame(frame.module, env, closure, cls=cls, sink=frame.sink)
+        self._walk_block(stmt.body, inner, (*scope, stmt.name), None)
+        if any(value.arch for value, _ in inner.returns):
+            self.arch_names.add(stmt.name)
+
+    def _param_value(
+        self,
+        name: str,
+        module: Module,
+        node: ast.AST,
+        default: ast.expr | None = None,
+        frame: Frame | None = None,
+    ) -> AV:
+        """A parameter's value while walking its function: read from its name (``is_sm90``), or its
+        default where that is a list of names (``ref_gpus=("h100", "h200")``: the list the function
+        is written for), else unknown."""
+        inferred = inferred_predicate(name, module.path, getattr(node, "lineno", None))
+        if inferred is not None:
+            return inferred
+        # Only lists of names: a flag default (`is_multi_node: bool = False`, `dot_precision: int = 0`,
+        # `enable_es=(False, False)`) is what callers override, and fixing it kills the branches it picks.
+        if (
+            default is not None
+            and frame is not None
+            and isinstance(default, (ast.Tuple, ast.List))
+            and default.elts
+            and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in default.elts)
+        ):
+            value = self.eval(default, frame)
+            if not value.is_top():
+                return value.with_deps([f"{name} has its default value"])
+        return TOP
+
+
+def _nested_definitions(
+    body: list[ast.stmt],
+) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield stmt
+        elif isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While, ast.AsyncFor, ast.AsyncWith)):
+            for block in ("body", "orelse", "finalbody"):
+                yield from _nested_definitions(getattr(stmt, block, []) or [])
+            for handler in getattr(stmt, "handlers", []) or []:
+                yield from _nested_definitions(handler.body)

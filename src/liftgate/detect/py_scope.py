@@ -1,0 +1,247 @@
+"""The py-runtime interpreter's state, and where a name's value comes from.
+
+A name is a local, a lazily bound import, a closure variable, a module global (`global_value`,
+joined over every module-level binding of the name), a star import, a submodule, a builtin, or
+else read from its spelling (`inferred_predicate`: ``is_sm90``). `Scopes` is the base of the
+interpreter's classes: expressions are `liftgate.detect.py_eval.Evaluator`'s, statements
+`liftgate.detect.py_exec.Executor`'s, and the gate walk `liftgate.detect.py_interpreter.Interpreter`'s.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from liftgate.detect.py_binding import Module, short
+from liftgate.detect.py_domain import item_at
+from liftgate.detect.py_gates import GateEmitter
+from liftgate.detect.py_models import BUILTIN_NAMES, MODEL_WINS
+from liftgate.detect.pyvalues import (
+    AV,
+    TOP,
+    ClassRef,
+    ExternalRef,
+    FuncRef,
+    ModuleRef,
+    PartialRef,
+    const,
+    inferred_predicate,
+    join,
+    lift,
+)
+from liftgate.model import Evidence
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FunctionInfo:
+    module: Module
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    closure: dict[str, AV] | None
+    qualname: str
+    cls: ClassRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassInfo:
+    module: Module
+    node: ast.ClassDef
+    qualname: str
+
+
+@dataclass
+class Frame:
+    """One function activation: its locals, the module it runs in, and the guards on the current path."""
+
+    module: Module
+    env: dict[str, AV]
+    closure: dict[str, AV]
+    cls: ClassRef | None = None
+    guards: list[tuple[AV, str]] = field(default_factory=list)
+    returns: list[tuple[AV, list[tuple[AV, str]]]] = field(default_factory=list)
+    sink: GateEmitter | None = None
+    scope: tuple[str, ...] = ()
+    lazy: dict[str, tuple[str, str]] = field(default_factory=dict)  # imported names not yet resolved
+
+
+class Scopes:
+    """The interpreter's state and name resolution (see the module docstring)."""
+
+    def __init__(self, load_module: Callable[[str], Module | None], module_names: Iterable[str]) -> None:
+        self._load_module = load_module
+        self._module_names = set(module_names)
+        self._callables: dict[int, FunctionInfo] = {}
+        self._classes: dict[int, ClassInfo] = {}
+        self._globals: dict[tuple[str, str], AV] = {}
+        self._in_progress: set[object] = set()
+        self._calls: dict[tuple[object, ...], AV] = {}
+        self._depth = 0
+        self.arch_names: set[str] = set()  # module-level names found to carry an arch-dependent value
+        self._suffix_index: dict[str, str] | None = None
+        self._self_indexes: dict[int, dict[str, list[tuple[str, ast.Assign | ast.AnnAssign]]]] = {}
+        self._self_values: dict[tuple[str, int, str], AV] = {}
+        self._steps = 0
+        self._nesting = 0  # evaluations in progress (see py_eval.MAX_EVAL_NESTING)
+        self.too_deep: dict[str, None] = {}  # modules with an expression nested past the bound
+        self.deferred: list[
+            tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame, tuple[str, ...], ClassRef | None]
+        ] = []
+        self._identifier_cache: dict[int, frozenset[str]] = {}
+
+    # modules
+
+    def module(self, name: str) -> Module | None:
+        return self._load_module(self._canonical(name)) if name else None
+
+    def _canonical(self, name: str) -> str:
+        if name in self._module_names:
+            return name
+        if self._suffix_index is None:
+            index: dict[str, str] = {}
+            for full in self._module_names:
+                parts = full.split(".")
+                for i in range(1, len(parts)):
+                    index.setdefault(".".join(parts[i:]), full)
+            self._suffix_index = index
+        return self._suffix_index.get(name, name)
+
+    def has_module(self, name: str) -> bool:
+        return self._canonical(name) in self._module_names
+
+    def _module_value(self, name: str) -> AV:
+        canonical = self._canonical(name)
+        if canonical in self._module_names:
+            return const(ModuleRef(canonical))
+        return const(ExternalRef(name))
+
+    def module_attribute(self, module: Module, name: str, seen: frozenset[str] = frozenset()) -> AV | None:
+        if name in module.bindings:
+            return self.global_value(module, name)
+        for star in module.star_imports:
+            if star in seen:
+                continue
+            other = self.module(star)
+            if other is not None:
+                found = self.module_attribute(other, name, seen | {module.name})
+                if found is not None:
+                    return found
+        sub = f"{module.name}.{name}" if module.name else name
+        if self.has_module(sub):
+            return self._module_value(sub)
+        if name == "__name__":
+            return const(module.name)
+        return None
+
+    def global_value(self, module: Module, name: str) -> AV:
+        key = (module.name, name)
+        cached = self._globals.get(key)
+        if cached is not None:
+            return cached
+        if key in self._in_progress:
+            return TOP
+        self._in_progress.add(key)
+        try:
+            values = [self._binding_value(module, name, b) for b in module.bindings.get(name, ())[:6]]
+            value = join(values) if values else TOP
+        finally:
+            self._in_progress.discard(key)
+        if value.arch:
+            self.arch_names.add(name)
+        self._globals[key] = value
+        return value
+
+    def _binding_value(self, module: Module, name: str, binding: tuple[str, ast.AST, object]) -> AV:
+        kind, node, extra = binding
+        if kind == "def":
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            return self.function_value(module, node, None, node.name, None)
+        if kind == "class":
+            assert isinstance(node, ast.ClassDef)
+            return const(self.class_ref(module, node, node.name))
+        if kind == "module":
+            assert isinstance(extra, str)
+            return self._module_value(extra)
+        if kind == "from":
+            assert isinstance(extra, tuple)
+            source, attr = extra
+            return self.import_from(str(source), str(attr), module.path, getattr(node, "lineno", None))
+        frame = Frame(module, {}, {})
+        assert isinstance(node, ast.expr)
+        value = self.eval(node, frame)
+        if kind == "unpack":
+            assert isinstance(extra, int)
+            index = extra
+            value = lift(lambda v: item_at(v, index), value)
+        if value.arch or any(isinstance(x, (PartialRef, FuncRef)) for s in value.sets for x in s):
+            step = Evidence(
+                f"{name} = {short(module.segment(node), 140)}", module.path, getattr(node, "lineno", None)
+            )
+            value = value.with_trail(step)
+        return value
+
+    def import_from(self, source: str, attr: str, path: str | None = None, line: int | None = None) -> AV:
+        dotted = f"{source}.{attr}" if source else attr
+        if attr in MODEL_WINS:
+            return const(ExternalRef(dotted))
+        module = self.module(source)
+        if module is not None:
+            found = self.module_attribute(module, attr)
+            if found is not None:
+                return found
+            return TOP
+        if self.has_module(dotted):
+            return self._module_value(dotted)
+        # `from deep_gemm.utils import is_sm90`: the definition is not in sight, its name is.
+        inferred = inferred_predicate(attr, path, line)
+        return inferred if inferred is not None else const(ExternalRef(dotted))
+
+    def function_value(
+        self,
+        module: Module,
+        node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda,
+        closure: dict[str, AV] | None,
+        qualname: str,
+        cls: ClassRef | None,
+    ) -> AV:
+        key = hash((module.path, id(node), id(closure), cls))
+        self._callables.setdefault(key, FunctionInfo(module, node, closure, qualname, cls))
+        return const(FuncRef(key, qualname))
+
+    def class_ref(self, module: Module, node: ast.ClassDef, qualname: str) -> ClassRef:
+        key = hash((module.path, id(node)))
+        self._classes.setdefault(key, ClassInfo(module, node, qualname))
+        return ClassRef(key, qualname)
+
+    # names
+
+    def lookup(self, name: str, frame: Frame, node: ast.AST) -> AV:
+        if name in frame.env:
+            return frame.env[name]
+        if name in frame.lazy:
+            source, attr = frame.lazy.pop(name)
+            value = (
+                self._module_value(attr)
+                if source == "module"
+                else self.import_from(source, attr, frame.module.path, getattr(node, "lineno", None))
+            )
+            frame.env[name] = value
+            return value
+        if name in frame.closure:
+            return frame.closure[name]
+        module = frame.module
+        if name in module.bindings or module.star_imports:
+            found = self.module_attribute(module, name)
+            if found is not None:
+                return found
+        builtin = BUILTIN_NAMES.get(name)
+        if builtin is not None:
+            return builtin
+        return self._by_name(name, module, node)
+
+    def _by_name(self, name: str, module: Module, node: ast.AST) -> AV:
+        inferred = inferred_predicate(name, module.path, getattr(node, "lineno", None))
+        return inferred if inferred is not None else TOP
+
+    def eval(self, node: ast.expr, frame: Frame) -> AV:
+        """The value of an expression in ``frame`` (`liftgate.detect.py_eval.Evaluator.eval`)."""
+        raise NotImplementedError
