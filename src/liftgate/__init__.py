@@ -1,22 +1,16 @@
 """liftgate: find, judge and lift GPU architecture gates in inference stacks.
 
-The library API is small: ``liftgate.scan(sources, targets) -> Report``.
+The library API: ``liftgate.scan(sources, targets) -> Report``, then the stages as calls on the
+report: ``liftgate.judge.judge_scan(report)`` (verdicts), ``liftgate.chain.find_chains(report)``
+(gate chains), ``liftgate.trace.match.map_trace(report, trace)`` (a run's trace), and
+``liftgate.lift.workflow`` for lifting. See docs/library.md and docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from liftgate._version import __version__
 
-__version__ = "0.1.0"
-
-if TYPE_CHECKING:
-    from liftgate.model import Report
+# The function, not the package of the same name: importing it binds ``liftgate.scan`` to it.
+from liftgate.scan.run import scan
 
 __all__ = ["__version__", "scan"]
-
-
-def scan(sources: Any, targets: Any = (), **options: Any) -> Report:
-    """Scan ``sources`` (paths, wheels, sdists, ``name==version``) and evaluate gates for ``targets``."""
-    from liftgate.scanner import scan as _scan
-
-    return _scan(sources, targets, **options)

@@ -11,8 +11,12 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from liftgate.arch.core import Arch, ArchSet
+
+if TYPE_CHECKING:
+    from liftgate.sources.workspace import Workspace
 
 
 class GateKind(str, enum.Enum):
@@ -97,6 +101,69 @@ class Evidence:
 
 
 @dataclass(frozen=True, slots=True)
+class BuildTarget:
+    """What a build gate's flags or arch list are built into: a JIT module, an extension, a CMake target.
+
+    ``sources`` is the complete list of sources the build names, as written (a file name, a path or
+    a glob for an f-string); ``computed`` is true when some are computed at run time and cannot be
+    listed. ``name`` is the module's name as written, None when it is computed.
+    """
+
+    what: str  # "JIT module", "extension", "JIT extension", "CMake target", "build"
+    name: str | None
+    sources: tuple[str, ...]
+    computed: bool = False
+    path: str | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MacroOrigin:
+    """Where a macro a CUDA gate tests is ``#define``d, and the condition it is defined under
+    (empty: unconditionally). A lift of such a gate edits the gates around these sites."""
+
+    macro: str
+    path: str | None
+    line: int | None
+    condition: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BuildFlag:
+    """A ``-DNAME[=VALUE]`` a CMake gate passes to the compiler inside the block it admits."""
+
+    macro: str
+    value: str | None
+    path: str
+    line: int
+
+
+class Coverage(str, enum.Enum):
+    """How a binary's kernels reach one target."""
+
+    NATIVE = "native"  # SASS compiled for the target (or a compatible one)
+    PTX_JIT = "ptx-jit"  # only PTX: the driver compiles it at first start
+    NONE = "no-kernel-image"  # nothing the target can run
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryCoverage:
+    """Which archs a binary's kernel images run on: natively (SASS) or through the PTX JIT."""
+
+    native: ArchSet
+    ptx_jit: ArchSet
+    images: int = 0
+    compressed: int = 0
+
+    def coverage(self, arch: Arch) -> Coverage:
+        if arch in self.native:
+            return Coverage.NATIVE
+        if arch in self.ptx_jit:
+            return Coverage.PTX_JIT
+        return Coverage.NONE
+
+
+@dataclass(frozen=True, slots=True)
 class Gate:
     """An architecture gate: code whose inclusion or execution depends on the GPU architecture.
 
@@ -120,6 +187,12 @@ class Gate:
     depends_on: tuple[str, ...] = ()  # non-arch parts of the condition, with the value assumed
     directive: str = ""  # e.g. "#if", "#elif", "#ifdef"
     enclosing: tuple[str, ...] = field(default=())  # ids of enclosing gates, outermost first
+    # Typed facts for later stages (evidence is rendered from them for people, never parsed back):
+    builds: tuple[BuildTarget, ...] = ()  # py-build, cmake: what the guarded flags or list build
+    macros: tuple[MacroOrigin, ...] = ()  # cuda-pp: where derived macros the condition tests are defined
+    passes: tuple[BuildFlag, ...] = ()  # cmake: the -D flags the admitted block passes
+    build_macros: tuple[str, ...] = ()  # cpp-runtime: build flags (-D) the host code is compiled under
+    coverage: BinaryCoverage | None = None  # binary: native and PTX-JIT archs
 
     @property
     def excluded(self) -> ArchSet:
@@ -186,6 +259,26 @@ class FeatureUse:
     via: str | None = None  # the function or macro of the region that leads there
 
 
+class HazardKind(str, enum.Enum):
+    SILENT_EXCLUSION = "silent-exclusion"  # the gate compiles ordering out with nothing in its place
+    SILENT_SOURCE = (
+        "silent-exclusion-in-sources"  # another gate in the built sources does, named in ``gates``
+    )
+    SHARED_MEMORY = "shared-memory"  # the region asks for more shared memory than the target has
+
+
+@dataclass(frozen=True, slots=True)
+class Hazard:
+    """What could go wrong beyond the verdict; ``gates`` are the other gates it names (lifting them too covers it)."""
+
+    kind: HazardKind
+    text: str
+    gates: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The judgement of one gate for one target it excludes."""
@@ -197,7 +290,7 @@ class Verdict:
     uses: tuple[FeatureUse, ...] = ()
     missing: tuple[FeatureUse, ...] = ()  # uses whose feature the target lacks
     unresolved: tuple[str, ...] = ()  # what could not be followed, as "name (path:line)"
-    hazards: tuple[str, ...] = ()
+    hazards: tuple[Hazard, ...] = ()
     scope: str = ""  # what was analysed: the region's lines, the JIT sources, or "best effort"
 
 
@@ -217,6 +310,16 @@ class PackageSummary:
     files: int
 
 
+class Relation(str, enum.Enum):
+    """How a chain's gate was reached from its parent (`ChainLink.relation`)."""
+
+    ROOT = "root"
+    CALLS = "calls"  # a guard at the top of a function the parent's code calls
+    BUILDS = "builds"  # a JIT build filter in a function it calls
+    COMPILES = "compiles"  # a CUDA gate in the sources a build filter or arch list compiles
+    FLAG = "flag"  # host code compiled under a flag a CMake gate passes
+
+
 @dataclass(frozen=True, slots=True)
 class ChainLink:
     """One gate of a chain and how it was reached from its parent (`liftgate.chain`).
@@ -229,7 +332,7 @@ class ChainLink:
 
     gate_id: str
     parent_id: str | None
-    relation: str
+    relation: Relation
     via: tuple[str, ...]
     exact: bool
 
@@ -262,6 +365,15 @@ class TracedFrame:
         return f"{self.function}() at {where}:{self.line}"
 
 
+class TakenSide(str, enum.Enum):
+    """Which side of a gate a traced run took (`GateTrace.took`)."""
+
+    ADMITTED = "admitted"
+    EXCLUDED = "excluded"
+    MIXED = "mixed"  # both, in different evaluations
+    UNKNOWN = "unknown"  # neither can be read from the outcomes
+
+
 @dataclass(frozen=True, slots=True)
 class GateTrace:
     """What a traced run did at one gate (`liftgate.trace.match`).
@@ -277,7 +389,7 @@ class GateTrace:
     gate_id: str
     evaluations: int  # times a probe saw the condition run (0 without probes, or when it never ran)
     outcomes: tuple[tuple[str, int], ...]
-    took: str
+    took: TakenSide
     queries: tuple[str, ...] = ()
     queried: int = 0  # capability queries made for it (calls)
     limited: bool = False  # the probe stopped at the probe limit: the counts are lower bounds
@@ -335,6 +447,9 @@ class Report:
     verdicts: tuple[Verdict, ...] = ()  # for gates that exclude a target, when the scan was asked to judge
     trace: TraceSummary | None = None  # a run's trace mapped onto these gates (scan --trace)
     chains: tuple[Chain, ...] = ()  # gate chains worth showing (scan --by chain), `liftgate.chain`
+    # The scanned packages' files, for the stages that read source after the scan (judge, chain,
+    # trace, lift, explain); not part of the report's value.
+    workspace: Workspace | None = field(default=None, compare=False, repr=False)
 
     def verdict_index(self) -> dict[tuple[str, Arch], Verdict]:
         """Verdicts by (gate id, target); build it once per rendering, not per gate."""

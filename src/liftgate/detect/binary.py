@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from liftgate.arch.core import Arch, ArchSet, arch_data, universe
+from liftgate.detect.interface import GateSink
+from liftgate.model import BinaryCoverage, ElseKind, Evidence, Gate, GateKind, Skip, Span
 from liftgate.sources.interface import open_regular
 
 FATBIN_MAGIC = 0xBA55ED50
@@ -360,3 +362,50 @@ def _order(name: str) -> tuple[int, str]:
 
 
 __all__ = ["Arch", "FatbinError", "KernelImage", "coverage", "parse_fatbin", "read_kernel_images"]
+
+
+def detect_binaries(
+    package: str, version: str | None, files: Iterable[Any]
+) -> tuple[list[Gate], list[Skip], int]:
+    """``binary`` gates of one package: each shared object, cubin or fatbin with CUDA kernels, and the
+    archs they run on (natively, or through the driver's PTX JIT) as a typed `BinaryCoverage`.
+
+    Returns the gates, the skips and how many candidate files were examined.
+    """
+    gates: list[Gate] = []
+    skips: list[Skip] = []
+    seen = 0
+    for f, images, problem in kernel_files(files):
+        seen += 1
+        if problem:
+            skips.append(Skip(f.path, problem, package))
+            continue
+        if not images:
+            continue
+        native, jit = admitted_archs(images)
+        evidence = [Evidence(f"contains {summarize(images)}", f.path, None)]
+        if jit:
+            evidence.append(
+                Evidence(
+                    f"runs through the driver's PTX JIT on {jit.render()}: compiled at first start, "
+                    "and #if __CUDA_ARCH__ inside saw the PTX's arch, not the GPU's"
+                )
+            )
+        compressed = sum(1 for i in images if i.compressed)
+        if compressed:
+            evidence.append(Evidence(f"{compressed} of {len(images)} entries compressed"))
+        sink = GateSink(GateKind.BINARY, package, version, f.path)
+        gates.append(
+            sink.gate(
+                sink.identify("kernel images", ()),
+                span=Span(1, 1),
+                condition=summarize(images),
+                admitted=native | jit,
+                unknown=ArchSet.none(),
+                else_kind=ElseKind.ERROR,
+                evidence=evidence,
+                directive="fatbin",
+                coverage=BinaryCoverage(native, jit, len(images), compressed),
+            )
+        )
+    return gates, skips, seen

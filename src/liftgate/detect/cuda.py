@@ -39,6 +39,7 @@ from liftgate.detect.cpp_lex import (
     LexLimit,
     lex_directives,
 )
+from liftgate.detect.interface import GateSink
 from liftgate.detect.ppexpr import (
     CONDITION_STEPS,
     UNKNOWN_MACRO,
@@ -60,11 +61,10 @@ from liftgate.model import (
     Evidence,
     Gate,
     GateKind,
-    Location,
+    MacroOrigin,
     Skip,
     Span,
     Truth,
-    gate_id,
 )
 
 CUDA_EXTENSIONS = frozenset(
@@ -299,6 +299,7 @@ class _Draft:
     evidence: tuple[Evidence, ...]
     depends_on: tuple[str, ...]
     enclosing: tuple[str, ...]
+    macros: tuple[MacroOrigin, ...] = ()
 
 
 @dataclass
@@ -393,7 +394,7 @@ class Walker:
         self.stack: list[Frame] = []
         self.gates: list[Gate] = []
         self.skips: list[Skip] = []
-        self.occurrences: dict[tuple[str, tuple[str, ...]], int] = {}
+        self.sink = GateSink(GateKind.CUDA_PP, package, version, path)
         # For host-code analysis: after each conditional directive, from which line on the host
         # pass compiles the code (true, false or unknown) and the conditions in force there.
         self.regions: list[Region] = []
@@ -780,11 +781,10 @@ class Walker:
         norm = f"#{keyword} " + (" ".join(tokens) if tokens else text)
         enclosing_ids, scope = self._enclosing()
         self.spend(_GATE_STEPS + len(scope))
-        key = (norm, scope)
-        occurrence = self.occurrences.get(key, 0)
-        self.occurrences[key] = occurrence + 1
+        gid = self.sink.identify(norm, scope)
         admitted, unknown = _vec_to_sets(effective)
         evidence: list[Evidence] = []
+        macros: list[MacroOrigin] = []
         depends: list[str] = []
         for name in sorted(touched):
             value = self.stored(name)
@@ -810,13 +810,14 @@ class Walker:
                 for path, line, context in origins:
                     why = f"under {context}" if context else "unconditionally"
                     evidence.append(Evidence(f"{name} is defined {why}", path, line))
+                    macros.append(MacroOrigin(name, path, line, context))
                 if any(e is UNKNOWN_MACRO for e in value):
                     depends.append(
                         f"{name} (defined only under conditions liftgate cannot decide for some targets)"
                     )
         condition = " ".join(text.split())
         return _Draft(
-            id=gate_id(GateKind.CUDA_PP, self.package, self.path, norm, scope, occurrence),
+            id=gid,
             norm=norm,
             condition=condition,
             keyword=keyword,
@@ -826,6 +827,7 @@ class Walker:
             evidence=tuple(evidence),
             depends_on=tuple(depends),
             enclosing=enclosing_ids,
+            macros=tuple(macros),
         )
 
     def _else(self, line: int, end_line: int) -> None:
@@ -874,12 +876,9 @@ class Walker:
             then_span = Span(branch.end_line + 1, body_end) if body_end > branch.end_line else None
             else_span = Span(branches[k + 1].line, line) if k + 1 < len(branches) else None
             self.gates.append(
-                Gate(
-                    id=draft.id,
-                    kind=GateKind.CUDA_PP,
-                    location=Location(
-                        self.package, self.version, self.path, Span(branch.line, branch.end_line)
-                    ),
+                self.sink.gate(
+                    draft.id,
+                    span=Span(branch.line, branch.end_line),
                     condition=draft.condition,
                     admitted=draft.admitted,
                     unknown=draft.unknown,
@@ -892,6 +891,8 @@ class Walker:
                     depends_on=draft.depends_on,
                     directive=f"#{draft.keyword}",
                     enclosing=draft.enclosing,
+                    macros=draft.macros,
+                    keep=False,
                 )
             )
 

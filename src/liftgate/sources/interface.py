@@ -16,6 +16,11 @@ import stat
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
+DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024  # larger source files are skipped with a reason
+DEFAULT_MAX_PY_FILE_SIZE = (
+    4 * 1024 * 1024
+)  # a Python file past this is skipped (its syntax tree would be ~100x)
+
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:

@@ -1,0 +1,136 @@
+"""Every detector, in the order the runner calls them, and the cross-detector links run after them.
+
+Adding a detector is adding it here (and writing its module): the runner (`liftgate.scan.run`)
+gives each the files it wants, wraps each call in the one safety net, caches by content the
+detections of those that do not cache themselves, and sorts the gates. The order matters only
+for ties: gates are sorted by package, path and line, and a stable sort keeps detector order.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Sequence
+
+from liftgate.detect.binary import detect_binaries, is_binary_candidate
+from liftgate.detect.buildflags import link_build_flags
+from liftgate.detect.cfamily import CFamilyDetector
+from liftgate.detect.cmake import detect_cmake, is_cmake_file
+from liftgate.detect.interface import Batch, Detection, Detector, Scope, not_analysed
+from liftgate.model import Gate, Skip
+from liftgate.sources.interface import DEFAULT_MAX_PY_FILE_SIZE
+
+
+class CMakeDetector:
+    """cmake gates: arch lists and ``if()`` blocks of ``CMakeLists.txt`` and ``*.cmake`` files, one file at a time."""
+
+    name = "cmake"
+    scope = Scope.FILE
+    caches_itself = False
+    phase = "analysing CMake files"
+
+    def wants(self, path: str) -> bool:
+        return is_cmake_file(path)
+
+    def detect(self, batch: Batch) -> Detection:
+        (f,) = batch.files
+        text = batch.workspace.read(f.package, f.version, f.path)
+        if text is None:
+            return Detection(skips=(Skip(f.path, "unreadable, binary or too large", f.package),), files=1)
+        found = detect_cmake(f.package, f.version, f.path, text, batch.settings.cuda_version)
+        return Detection(found.gates, found.skips, 1)
+
+    def reset(self) -> None:
+        pass
+
+
+class PythonDetector:
+    """py-runtime and py-build gates of every package's Python at once, so a predicate defined in
+    one package and used in another resolves exactly."""
+
+    name = "python"
+    scope = Scope.WORKSPACE
+    caches_itself = False
+    phase = "analysing Python"
+
+    def wants(self, path: str) -> bool:
+        return path.endswith(".py")
+
+    def detect(self, batch: Batch) -> Detection:
+        from liftgate.detect.pybuild import PY_BUILD_PREFILTER, detect_py_build
+        from liftgate.detect.python import PythonAnalyzer, source_from_file
+
+        files = batch.files
+        gates: list[Gate] = []
+        skips: list[Skip] = []
+        # Hundreds of syntax trees stay alive for the whole phase; the cyclic collector would rescan
+        # them on every allocation burst (it tripled the time of this phase). There are no cycles to find.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            analyzer = PythonAnalyzer(
+                (source_from_file(f.package, f.version, f.path, f.fspath) for f in files),
+                max_file_size=min(batch.settings.max_file_size, DEFAULT_MAX_PY_FILE_SIZE),
+            )
+            try:
+                gates.extend(analyzer.analyze())
+            except Exception as exc:  # the analyzer catches per module itself; this is a bug
+                skips.append(
+                    not_analysed(
+                        f"{len(files)} Python files", None, exc, "py-runtime analysis failed",
+                        "py-runtime gates are not reported",
+                    )
+                )  # fmt: skip
+            for module_name in analyzer.build_candidates(PY_BUILD_PREFILTER):
+                try:
+                    module = analyzer.module_for_build(module_name)
+                    if module is None:
+                        continue
+                    detection = detect_py_build(
+                        module.package, module.version, module.path, module.text, module.tree
+                    )
+                except Exception as exc:  # detect_py_build has its own net; this is a bug
+                    src = analyzer.source(module_name)
+                    skips.append(not_analysed(src.path, src.package, exc, "py-build not analysed", ""))
+                    continue
+                gates.extend(detection.gates)
+                skips.extend(detection.skips)
+            skips.extend(analyzer.skips)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return Detection(tuple(gates), tuple(skips), len(files))
+
+    def reset(self) -> None:
+        pass
+
+
+class BinaryDetector:
+    """binary gates: the kernel images (SASS, PTX) of each shared object, cubin or fatbin of a package."""
+
+    name = "binary"
+    scope = Scope.PACKAGE
+    caches_itself = True  # only ELF section tables and fatbin headers are read: kilobytes per file
+    phase = ""
+
+    def wants(self, path: str) -> bool:
+        return is_binary_candidate(path)
+
+    def detect(self, batch: Batch) -> Detection:
+        assert batch.package is not None
+        gates, skips, seen = detect_binaries(batch.package.name, batch.package.version, batch.files)
+        return Detection(tuple(gates), tuple(skips), seen)
+
+    def reset(self) -> None:
+        pass
+
+
+DETECTORS: tuple[Detector, ...] = (CFamilyDetector(), CMakeDetector(), PythonDetector(), BinaryDetector())
+
+# Steps over every detector's gates, in order: each returns the gates with facts joined across kinds.
+LINKS: tuple[Callable[[Sequence[Gate]], list[Gate]], ...] = (link_build_flags,)
+
+
+def reset_workers() -> None:
+    """A pool worker's start: no detector state from an earlier scan."""
+    for detector in DETECTORS:
+        detector.reset()

@@ -1,0 +1,261 @@
+"""The scan cache: per-file stat entries, quick-index details and whole detector results, as plain data.
+
+Frozen slotted dataclasses unpickle slowly (dataclasses' ``__setstate__``), so the cache holds
+plain tuples written with `marshal`; this keeps a warm scan of a 10k-file tree well under a
+second. Every entry is keyed by the code's fingerprint (the detectors, the model, the arch
+data), so an upgrade or a local edit never serves stale gates. Any damage means a miss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import marshal
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import cast
+
+from liftgate._version import __version__
+from liftgate.arch.core import ArchSet
+from liftgate.model import (
+    BinaryCoverage,
+    BuildFlag,
+    BuildTarget,
+    Confidence,
+    ElseKind,
+    Evidence,
+    Gate,
+    GateKind,
+    Location,
+    MacroOrigin,
+    Skip,
+    Span,
+    Truth,
+)
+from liftgate.sources.interface import SourceFile
+from liftgate.sources.workspace import stat_hit
+
+CACHE_FORMAT = "scan-v4"
+# path -> (size, mtime_ns, tag, stamp_ns): the tag is the content digest or ``skip:<reason>``,
+# stamp_ns when the file was read (a clock reading taken before it).
+StatEntry = tuple[int, int, str, int]
+
+
+@cache
+def code_fingerprint() -> str:
+    """Results depend on the detectors' code and the arch data, not only on the version number:
+    hash them, so an upgrade or a local edit never serves stale gates from the cache."""
+    root = Path(__file__).parent.parent
+    h = hashlib.sha256(f"{__version__}\x1f{CACHE_FORMAT}".encode())
+    for path in sorted(
+        [
+            root / "model.py",
+            *root.glob("scan/*.py"),
+            *root.glob("detect/*.py"),
+            *root.glob("arch/*.py"),
+            *root.glob("data/*.json"),
+        ]
+    ):
+        with contextlib.suppress(OSError):
+            h.update(path.name.encode() + b"\x1f" + path.read_bytes())
+    return h.hexdigest()
+
+
+class ScanCache:
+    """Marshalled (plain-data) stat, index and result caches under ``<cache_dir>/scan-v4``.
+
+    Built with ``root=None`` it stores nothing and every load misses (``--no-cache``).
+    """
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root / CACHE_FORMAT if root else None
+
+    @property
+    def fingerprint(self) -> str:
+        return code_fingerprint()
+
+    def _load(self, name: str) -> object | None:
+        if self.root is None:
+            return None
+        try:
+            with open(self.root / name, "rb") as fh:
+                value: object = marshal.load(fh)
+            return value
+        except Exception:
+            return None
+
+    def _store(self, name: str, value: object) -> None:
+        if self.root is None:
+            return
+        try:
+            target = self.root / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as fh:
+                marshal.dump(value, fh)  # type: ignore[arg-type]
+            os.replace(tmp, target)
+        except (OSError, ValueError):
+            pass  # a cache that cannot be written is only a slower next run
+
+    def load_stats(self, key: str) -> dict[str, StatEntry]:
+        """path -> `StatEntry`; use an entry only where `liftgate.sources.workspace.stat_hit` says it is fresh."""
+        value = self._load(f"stats/{key}-{code_fingerprint()[:16]}.bin")
+        return value if isinstance(value, dict) else {}
+
+    def store_stats(self, key: str, value: dict[str, StatEntry]) -> None:
+        self._store(f"stats/{key}-{code_fingerprint()[:16]}.bin", value)
+
+    def load_details(self, key: str) -> dict[str, tuple[object, ...]]:
+        """digest -> a file's quick index, as a plain row (`liftgate.detect.cfamily`)."""
+        value = self._load(f"details/{key}-{code_fingerprint()[:16]}.bin")
+        return value if isinstance(value, dict) else {}
+
+    def store_details(self, key: str, value: dict[str, tuple[object, ...]]) -> None:
+        self._store(f"details/{key}-{code_fingerprint()[:16]}.bin", value)
+
+    def load_result(self, key: str) -> tuple[list[Gate], list[Skip]] | None:
+        value = self._load(f"result/{key}.bin")
+        if not (isinstance(value, tuple) and len(value) == 2):
+            return None
+        # Thousands of small objects at once: the cyclic GC would only slow this down.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            gate_rows, skip_rows = value
+            return [gate_from_row(row) for row in gate_rows], [Skip(*row) for row in skip_rows]
+        except (TypeError, ValueError, KeyError):
+            return None
+        finally:
+            if enabled:
+                gc.enable()
+
+    def store_result(self, key: str, gates: list[Gate], skips: list[Skip]) -> None:
+        self._store(
+            f"result/{key}.bin",
+            (shared([gate_to_row(g) for g in gates]), [(s.path, s.reason, s.package) for s in skips]),
+        )
+
+
+def shared(value: object, seen: dict[object, object] | None = None) -> object:
+    """Equal strings and tuples made one object, so marshal writes each once (back-references):
+    conditions, paths and evidence repeat across thousands of gates."""
+    if seen is None:
+        seen = {}
+    if isinstance(value, list):
+        return [shared(v, seen) for v in value]
+    if isinstance(value, tuple):
+        value = tuple(shared(v, seen) for v in value)
+    if isinstance(value, (str, tuple)):
+        return seen.setdefault(value, value)
+    return value
+
+
+def content_digests(files: Iterable[SourceFile], scan_cache: ScanCache) -> dict[str, str]:
+    """fspath -> a digest of the file's bytes, read only for files whose stat the cache has not seen."""
+    groups: dict[tuple[str, str | None, str], list[SourceFile]] = {}
+    for f in files:
+        root = f.fspath[: len(f.fspath) - len(f.path)] if f.fspath.endswith(f.path) else ""
+        groups.setdefault((f.package, f.version, root), []).append(f)
+    out: dict[str, str] = {}
+    for (package, version, root), members in groups.items():
+        key = "py-" + hashlib.sha256(f"{package}\x1f{version}\x1f{root}".encode()).hexdigest()[:24]
+        stats = scan_cache.load_stats(key) if root else {}
+        changed = False
+        stamp = time.time_ns()  # before any file is read
+        for f in members:
+            hit = stat_hit(stats.get(f.path), f.size, f.mtime_ns)
+            if hit is not None:
+                out[f.fspath] = hit
+                continue
+            try:
+                with open(f.fspath, "rb") as fh:
+                    value = hashlib.blake2b(fh.read(), digest_size=16).hexdigest()
+            except OSError as exc:
+                value = f"unreadable:{exc.errno}"
+            out[f.fspath] = value
+            stats[f.path] = (f.size, f.mtime_ns, value, stamp)
+            changed = True
+        if changed and root:
+            scan_cache.store_stats(key, stats)
+    return out
+
+
+# -- the gate codec ---------------------------------------------------------------------------
+
+_GATE_KINDS = {k.value: k for k in GateKind}
+_TRUTHS = {t.value: t for t in Truth}
+_ELSE_KINDS = {e.value: e for e in ElseKind}
+_CONFIDENCES = {c.value: c for c in Confidence}
+
+
+def _span_row(span: Span | None) -> tuple[int, int] | None:
+    return None if span is None else (span.start, span.end)
+
+
+def _span_from(row: tuple[int, int] | None) -> Span | None:
+    return None if row is None else Span(*row)
+
+
+def gate_to_row(g: Gate) -> tuple[object, ...]:
+    loc = g.location
+    coverage = g.coverage
+    return (
+        g.id,
+        g.kind.value,
+        (loc.package, loc.version, loc.path, loc.span.start, loc.span.end),
+        g.condition,
+        g.admitted.mask,
+        g.unknown.mask,
+        None if g.host is None else g.host.value,
+        _span_row(g.then_span),
+        _span_row(g.else_span),
+        g.else_kind.value,
+        g.confidence.value,
+        tuple((e.text, e.path, e.line) for e in g.evidence),
+        g.depends_on,
+        g.directive,
+        g.enclosing,
+        tuple((b.what, b.name, b.sources, b.computed, b.path, b.line) for b in g.builds),
+        tuple((m.macro, m.path, m.line, m.condition) for m in g.macros),
+        tuple((p.macro, p.value, p.path, p.line) for p in g.passes),
+        g.build_macros,
+        None
+        if coverage is None
+        else (coverage.native.mask, coverage.ptx_jit.mask, coverage.images, coverage.compressed),
+    )
+
+
+def gate_from_row(row: tuple[object, ...]) -> Gate:
+    (gid, kind, loc, condition, admitted, unknown, host, then_span, else_span, else_kind, confidence, evidence,
+     depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage) = row  # fmt: skip
+    package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
+    cov = cast(tuple[int, int, int, int] | None, coverage)
+    return Gate(
+        id=gid,  # type: ignore[arg-type]
+        kind=_GATE_KINDS[kind],  # type: ignore[index]
+        location=Location(package, version, path, Span(start, end)),
+        condition=condition,  # type: ignore[arg-type]
+        admitted=ArchSet.from_mask(admitted),  # type: ignore[arg-type]
+        unknown=ArchSet.from_mask(unknown),  # type: ignore[arg-type]
+        host=None if host is None else _TRUTHS[host],  # type: ignore[index]
+        then_span=_span_from(then_span),  # type: ignore[arg-type]
+        else_span=_span_from(else_span),  # type: ignore[arg-type]
+        else_kind=_ELSE_KINDS[else_kind],  # type: ignore[index]
+        confidence=_CONFIDENCES[confidence],  # type: ignore[index]
+        evidence=tuple(Evidence(*e) for e in evidence),  # type: ignore[attr-defined]
+        depends_on=depends_on,  # type: ignore[arg-type]
+        directive=directive,  # type: ignore[arg-type]
+        enclosing=enclosing,  # type: ignore[arg-type]
+        builds=tuple(BuildTarget(*b) for b in builds),  # type: ignore[attr-defined]
+        macros=tuple(MacroOrigin(*m) for m in macros),  # type: ignore[attr-defined]
+        passes=tuple(BuildFlag(*p) for p in passes),  # type: ignore[attr-defined]
+        build_macros=build_macros,  # type: ignore[arg-type]
+        coverage=None
+        if cov is None
+        else BinaryCoverage(ArchSet.from_mask(cov[0]), ArchSet.from_mask(cov[1]), cov[2], cov[3]),
+    )

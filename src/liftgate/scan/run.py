@@ -1,0 +1,238 @@
+"""The runner: sources → workspace → every registered detector → links → a sorted `Report`.
+
+`scan` resolves what the user named into packages (`liftgate.sources`), makes the `Workspace`
+later stages read files through, and calls each detector of `liftgate.detect.registry` with the
+files it wants: per package, per file or all at once, as the detector's scope says. Every call
+is wrapped in the one safety net (an exception becomes a `Skip` naming the file and the failure,
+`liftgate.detect.interface.not_analysed`). A detector that does not cache its own work is cached
+here, under the digests of the files it wanted. Judging, chains and traces are separate library
+calls on the result (`liftgate.judge.judge_scan`, `liftgate.chain.find_chains`,
+`liftgate.trace.match.map_trace`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from liftgate.arch.core import Arch
+from liftgate.detect.interface import Batch, Detection, Detector, Scope, Settings, not_analysed
+from liftgate.model import Gate, PackageSummary, Report, Skip, Target
+from liftgate.scan.cache import ScanCache, code_fingerprint, content_digests
+from liftgate.scan.pool import Pool
+from liftgate.scan.toolkit import local_cuda_version
+from liftgate.sources.interface import DEFAULT_MAX_FILE_SIZE, NullObserver, Observer, Package, SourceFile
+from liftgate.sources.workspace import Workspace
+
+Overlay = Mapping[tuple[str, str], str]
+
+
+def resolve_targets(targets: Iterable[str | Arch | Target]) -> tuple[Target, ...]:
+    """Targets as the user spelled them (``rtx5090``, ``sm_120a``, ``12.0``) with the arch each resolves to."""
+    from liftgate.arch.parse import parse_target
+
+    out: list[Target] = []
+    for t in targets:
+        if isinstance(t, Target):
+            out.append(t)
+        elif isinstance(t, Arch):
+            out.append(Target(t.name, t))
+        else:
+            out.append(Target(t, parse_target(t)))
+    return tuple(out)
+
+
+def scan(
+    sources: str | Sequence[str] = (),
+    targets: Iterable[str | Arch | Target] = (),
+    *,
+    env: str | None = None,
+    cuda_version: tuple[int, int] | None = None,
+    jobs: int | None = None,
+    use_cache: bool = True,
+    cache_dir: str | None = None,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    offline: bool = False,
+    observer: Observer | None = None,
+    sdist: bool = False,
+    only_packages: Iterable[str] | None = None,
+    overlay: Overlay | None = None,
+    only_python: bool = False,
+) -> Report:
+    """Scan sources for architecture gates and evaluate them for ``targets``.
+
+    ``sources`` are paths (directories, wheels, sdists), ``name==version`` specs fetched from the
+    package index, or ``env:PATH``; empty means the current environment (or ``env``).
+    ``only_packages`` keeps just the named distributions; ``overlay`` reads some files from
+    elsewhere (``(package, path) -> filesystem path``): how `liftgate.lift` re-detects a plan's
+    edits before it changes anything. ``only_python`` runs the Python detector alone (py-runtime
+    and py-build gates): what ``liftgate trace`` needs for its probes. The result's ``workspace``
+    reads the packages' files for the stages after it.
+    """
+    from liftgate.detect.registry import DETECTORS, LINKS
+    from liftgate.sources import resolve_sources
+    from liftgate.sources.cache import cache_root
+
+    started = time.perf_counter()
+    observer = observer or NullObserver()
+    resolved_targets = resolve_targets(targets)
+    specs = [sources] if isinstance(sources, str) else list(sources)
+    notes: list[str] = []
+    if cuda_version is None:
+        local = local_cuda_version()
+        cuda_version = local or (13, 0)
+        notes.append(
+            f"toolkit-version conditions evaluated for CUDA {cuda_version[0]}.{cuda_version[1]}"
+            + (" (the local nvcc)" if local else " (no nvcc found; pass --cuda-version)")
+        )
+    else:
+        notes.append(f"toolkit-version conditions evaluated for CUDA {cuda_version[0]}.{cuda_version[1]}")
+    cache_root_dir = Path(cache_root(cache_dir))
+    packages, source_skips = resolve_sources(
+        specs, env=env, cache_dir=str(cache_root_dir), observer=observer, offline=offline, sdist=sdist
+    )
+    if only_packages is not None:
+        wanted = {n.lower() for n in only_packages}
+        packages = [p for p in packages if p.name.lower() in wanted]
+    if overlay:
+        packages = [_overlaid(p, overlay) for p in packages]
+    workspace = Workspace(tuple(packages))
+    settings = Settings(cuda_version, max_file_size)
+    detectors = [d for d in DETECTORS if d.name == "python"] if only_python else list(DETECTORS)
+    runner = _Runner(
+        workspace, settings, ScanCache(cache_root_dir if use_cache else None), observer,
+        Pool(jobs or max(1, min(os.cpu_count() or 1, 8))),
+    )  # fmt: skip
+    gates: list[Gate] = []
+    skips: list[Skip] = list(source_skips)
+    examined: set[tuple[str, str | None, str]] = set()
+    try:
+        for detector in detectors:
+            found = runner.run(detector, packages, examined)
+            gates.extend(found.gates)
+            skips.extend(found.skips)
+    finally:
+        runner.close()
+    if not only_python:
+        for link in LINKS:
+            gates = link(gates)
+    gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
+    skips.sort(key=lambda s: ((s.package or "").lower(), s.path))
+    return Report(
+        targets=resolved_targets,
+        packages=tuple(PackageSummary(p.name, p.version, p.origin, len(p.files)) for p in packages),
+        gates=tuple(gates),
+        skips=tuple(skips),
+        files_scanned=len(examined),
+        elapsed_s=time.perf_counter() - started,
+        cuda_version=cuda_version,
+        notes=tuple(notes),
+        workspace=workspace,
+    )
+
+
+class _Runner:
+    """Calls detectors with the files they want, inside the one safety net, with the cache."""
+
+    def __init__(
+        self, workspace: Workspace, settings: Settings, cache: ScanCache, observer: Observer, pool: Pool
+    ) -> None:
+        self.workspace = workspace
+        self.settings = settings
+        self.cache = cache
+        self.observer = observer
+        self.pool = pool
+
+    def close(self) -> None:
+        self.pool.close()
+        from liftgate.detect.registry import reset_workers
+
+        reset_workers()  # the in-process detectors may hold whole packages' lexed headers
+
+    def run(
+        self, detector: Detector, packages: Sequence[Package], examined: set[tuple[str, str | None, str]]
+    ) -> Detection:
+        gates: list[Gate] = []
+        skips: list[Skip] = []
+        groups: list[tuple[Package | None, list[SourceFile]]] = []
+        if detector.scope is Scope.WORKSPACE:
+            groups.append((None, [f for p in packages for f in p.files if detector.wants(f.path)]))
+        else:
+            groups.extend((p, [f for f in p.files if detector.wants(f.path)]) for p in packages)
+        for package, files in groups:
+            if not files:
+                continue
+            examined.update((f.package, f.version, f.path) for f in files)
+            found = self._cached(detector, package, files)
+            gates.extend(found.gates)
+            skips.extend(found.skips)
+        return Detection(tuple(gates), tuple(skips))
+
+    def _cached(self, detector: Detector, package: Package | None, files: list[SourceFile]) -> Detection:
+        if detector.caches_itself:
+            return self._call(detector, package, files)
+        contents = content_digests(files, self.cache)
+        digest = hashlib.sha256(
+            f"{detector.name}\x1f{code_fingerprint()}\x1f{self.settings.max_file_size}\x1f"
+            f"{self.settings.cuda_version}".encode()
+        )
+        for f in sorted(files, key=lambda f: (f.package, f.path)):
+            digest.update(f"{f.package}\x1f{f.version}\x1f{f.path}\x1f{contents[f.fspath]}\x1e".encode())
+        key = f"{detector.name}-{digest.hexdigest()[:32]}"
+        cached = self.cache.load_result(key)
+        if cached is not None:
+            return Detection(tuple(cached[0]), tuple(cached[1]))
+        found = self._call(detector, package, files)
+        self.cache.store_result(key, list(found.gates), list(found.skips))
+        return found
+
+    def _call(self, detector: Detector, package: Package | None, files: list[SourceFile]) -> Detection:
+        if detector.scope is Scope.FILE:
+            gates: list[Gate] = []
+            skips: list[Skip] = []
+            self.observer.start(detector.phase, total=len(files))
+            for f in files:
+                found = self._guarded(detector, package, (f,))
+                gates.extend(found.gates)
+                skips.extend(found.skips)
+                self.observer.advance(1)
+            self.observer.finish()
+            return Detection(tuple(gates), tuple(skips))
+        if detector.scope is Scope.WORKSPACE and detector.phase:
+            self.observer.start(detector.phase, total=None)
+            try:
+                return self._guarded(detector, package, tuple(files))
+            finally:
+                self.observer.finish()
+        return self._guarded(detector, package, tuple(files))
+
+    def _guarded(
+        self, detector: Detector, package: Package | None, files: tuple[SourceFile, ...]
+    ) -> Detection:
+        """The one safety net: whatever a detector raises becomes a Skip, and the scan goes on."""
+        batch = Batch(
+            files, self.workspace, self.settings, self.observer, package,
+            self.pool.get, self.pool.jobs, self.cache,
+        )  # fmt: skip
+        try:
+            return detector.detect(batch)
+        except Exception as exc:
+            where = files[0].path if len(files) == 1 else f"{len(files)} files"
+            owner = package.name if package is not None else (files[0].package if len(files) == 1 else None)
+            return Detection(skips=(not_analysed(where, owner, exc, f"{detector.name} detector failed"),))
+
+
+def _overlaid(pkg: Package, overlay: Overlay) -> Package:
+    files = []
+    for f in pkg.files:
+        replacement = overlay.get((pkg.name, f.path))
+        if replacement is None:
+            files.append(f)
+        else:
+            st = os.stat(replacement)
+            files.append(replace(f, fspath=replacement, size=st.st_size, mtime_ns=st.st_mtime_ns))
+    return replace(pkg, files=tuple(files))
