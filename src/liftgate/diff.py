@@ -12,18 +12,31 @@ condition or admitted set changed, not for this target) or unchanged; the rest a
 from __future__ import annotations
 
 import difflib
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from liftgate.arch.core import Arch
 from liftgate.model import Gate, Report, Status
 
-CHANGES = ("opened", "closed", "added", "removed", "changed")
+
+class ChangeKind(str, enum.Enum):
+    """What happened to a gate between two scans, for one target."""
+
+    OPENED = "opened"  # it now admits the target
+    CLOSED = "closed"  # it no longer does
+    ADDED = "added"
+    REMOVED = "removed"
+    CHANGED = "changed"  # its condition or admitted set changed, not for this target
+    UNCHANGED = "unchanged"
+
+
+CHANGES = (ChangeKind.OPENED, ChangeKind.CLOSED, ChangeKind.ADDED, ChangeKind.REMOVED, ChangeKind.CHANGED)
 
 
 @dataclass(frozen=True, slots=True)
 class GateChange:
-    change: str  # opened | closed | added | removed | changed | unchanged
+    change: ChangeKind
     target: Arch
     before: Gate | None
     after: Gate | None
@@ -99,16 +112,16 @@ def diff(before: Report, after: Report, targets: Sequence[Arch]) -> list[GateCha
         for a, b, how in pairs:
             was, now = a.status(target), b.status(target)
             if was is not Status.ADMITTED and now is Status.ADMITTED:
-                change = "opened"
+                change = ChangeKind.OPENED
             elif was is Status.ADMITTED and now is not Status.ADMITTED:
-                change = "closed"
+                change = ChangeKind.CLOSED
             elif a.condition != b.condition or a.admitted != b.admitted or a.unknown != b.unknown:
-                change = "changed"
+                change = ChangeKind.CHANGED
             else:
-                change = "unchanged"
+                change = ChangeKind.UNCHANGED
             out.append(GateChange(change, target, a, b, how))
-        out += [GateChange("removed", target, g, None, "") for g in removed]
-        out += [GateChange("added", target, None, g, "") for g in added]
+        out += [GateChange(ChangeKind.REMOVED, target, g, None, "") for g in removed]
+        out += [GateChange(ChangeKind.ADDED, target, None, g, "") for g in added]
     out.sort(
         key=lambda c: (
             c.target.sort_key(),
@@ -123,13 +136,13 @@ def diff(before: Report, after: Report, targets: Sequence[Arch]) -> list[GateCha
 def summary_text(changes: Sequence[GateChange]) -> str:
     """``sm_120: 13 opened, 2 changed; sm_90: 1 closed``: each target once, its counts in `CHANGES`
     order (``unchanged`` last), targets in the order of the changes (`diff` sorts them); empty for none."""
-    order = [*CHANGES, "unchanged"]
-    per_target: dict[str, dict[str, int]] = {}
+    order = [*CHANGES, ChangeKind.UNCHANGED]
+    per_target: dict[str, dict[ChangeKind, int]] = {}
     for change in changes:
         counts = per_target.setdefault(change.target.name, {})
         counts[change.change] = counts.get(change.change, 0) + 1
     parts = []
     for target, counts in per_target.items():
-        ordered = sorted(counts, key=lambda name: order.index(name) if name in order else len(order))
-        parts.append(f"{target}: " + ", ".join(f"{counts[name]:,} {name}" for name in ordered))
+        ordered = sorted(counts, key=order.index)
+        parts.append(f"{target}: " + ", ".join(f"{counts[kind]:,} {kind.value}" for kind in ordered))
     return "; ".join(parts)

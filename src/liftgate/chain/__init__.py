@@ -9,12 +9,15 @@ gates shut it out and what the weakest link decides. ``liftgate explain GATE --c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from liftgate.arch.core import Arch
 from liftgate.chain.links import ROOT_KINDS, ChainContext, chain_roots
 from liftgate.chain.view import ChainView, view
-from liftgate.model import Chain, Gate, Status, Verdict
+from liftgate.model import Chain, Gate, Report, Status, Verdict
+from liftgate.sources.interface import NullObserver, Observer
+from liftgate.sources.workspace import Workspace
 
 __all__ = [
     "ChainContext",
@@ -22,6 +25,7 @@ __all__ = [
     "chains_for_report",
     "chains_of_gate",
     "containing",
+    "find_chains",
     "judge_members",
     "listed_chains",
     "view",
@@ -31,13 +35,12 @@ __all__ = [
 def chains_for_report(
     gates: Sequence[Gate],
     targets: Sequence[Arch],
-    files: Mapping[tuple[str, str | None], Mapping[str, str]],
-    read: Callable[[str], str | None],
+    workspace: Workspace,
     context: ChainContext | None = None,
 ) -> list[Chain]:
     """The chain of every gate that can start one (a Python runtime gate, a build filter, a CMake
     arch list) and shuts out at least one of ``targets``."""
-    ctx = context or ChainContext(gates, files, read)
+    ctx = context or ChainContext(gates, workspace)
 
     def excludes(gate: Gate) -> bool:
         return any(gate.status(t) is not Status.ADMITTED for t in targets)
@@ -81,21 +84,20 @@ def chains_of_gate(
     gate_id: str,
     gates: Sequence[Gate],
     targets: Sequence[Arch],
-    files: Mapping[tuple[str, str | None], Mapping[str, str]],
-    read: Callable[[str], str | None],
+    workspace: Workspace,
     reaching: bool = True,
 ) -> list[Chain]:
     """The chains ``gate_id`` belongs to: its own, when it can start one, then every chain of the
     scan (from the roots that shut a target out) that reaches it. ``reaching=False`` stops at its
     own chain when it has one (every root's chain is the costly part)."""
-    ctx = ChainContext(gates, files, read)
+    ctx = ChainContext(gates, workspace)
     gate = ctx.gate(gate_id)
     found = [ctx.chain(gate_id)] if gate is not None and gate.kind in ROOT_KINDS else []
     if found and not reaching:
         return found
     others = [
         c
-        for c in chains_for_report(gates, targets, files, read, ctx)
+        for c in chains_for_report(gates, targets, workspace, ctx)
         if c.root_id != gate_id and gate_id in c.gate_ids and len(c.links) > 1
     ]
     # A chain held whole by a longer one (a filter's, inside the chain of the Python gate that
@@ -107,8 +109,7 @@ def judge_members(
     chains: Iterable[Chain],
     gates: Sequence[Gate],
     targets: Sequence[Arch],
-    files: Mapping[tuple[str, str | None], Mapping[str, str]],
-    read: Callable[[str], str | None],
+    workspace: Workspace,
     already: Iterable[Verdict] = (),
 ) -> list[Verdict]:
     """Verdicts for the chains' gates that ``already`` lacks, for the targets they shut out (the
@@ -127,12 +128,29 @@ def judge_members(
         return []
     return [
         v
-        for v in judge_report(
-            gates,
-            targets,
-            [(n, v, dict(f)) for (n, v), f in files.items()],
-            read,
-            only=lambda g: g.id in todo,
-        )
+        for v in judge_report(gates, targets, workspace, only=lambda g: g.id in todo)
         if (v.gate_id, v.target) not in have
     ]
+
+
+def find_chains(report: Report, judge: bool = False, observer: Observer | None = None) -> Report:
+    """``report`` with the gate chains that hold two gates or more to lift together for one of its
+    targets (``scan --by chain``); with ``judge``, the chains' members get verdicts too (added to
+    the report's). Needs the report's workspace (`liftgate.scan` sets it)."""
+    if not report.targets:
+        return report
+    if report.workspace is None:
+        raise ValueError("the report has no workspace: chains read the scanned files")
+    observer = observer or NullObserver()
+    archs = list(dict.fromkeys(t.arch for t in report.targets))
+    observer.start("following gate chains", total=None)
+    try:
+        every = chains_for_report(report.gates, archs, report.workspace)
+        verdicts = list(report.verdicts)
+        if judge:
+            verdicts += judge_members(every, report.gates, archs, report.workspace, verdicts)
+        index = {(v.gate_id, v.target): v for v in verdicts}
+        found = listed_chains(every, {g.id: g for g in report.gates}, archs, index)
+    finally:
+        observer.finish()
+    return replace(report, verdicts=tuple(verdicts), chains=tuple(found))

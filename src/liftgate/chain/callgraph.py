@@ -21,10 +21,11 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from liftgate.detect.python import module_name_for, resolve_relative
+from liftgate.sources.workspace import Workspace, read_text
 
 MAX_RESOLVE_DEPTH = 8  # alias / re-export hops followed for one name
 
@@ -220,17 +221,13 @@ _Value = tuple[str, object]  # ("module", name) | ("function", Function) | ("cla
 class CallGraph:
     """Calls and callers across the Python files of the scanned packages (parsed on demand)."""
 
-    def __init__(
-        self,
-        files: Mapping[tuple[str, str | None], Mapping[str, str]],
-        read: Callable[[str], str | None],
-    ) -> None:
-        self._read = read
+    def __init__(self, workspace: Workspace) -> None:
+        self._workspace = workspace
         self._paths: dict[
             str, tuple[str, str | None, str, str]
         ] = {}  # module name -> (pkg, ver, path, fspath)
         self._by_path: dict[tuple[str, str], str] = {}
-        for (package, version), paths in files.items():
+        for (package, version), paths in workspace.items():
             for path, fspath in paths.items():
                 if path.endswith(".py"):
                     name = module_name_for(path)
@@ -261,7 +258,7 @@ class CallGraph:
     def text(self, module_name: str) -> str | None:
         if module_name not in self._texts:
             entry = self._paths.get(module_name)
-            self._texts[module_name] = None if entry is None else self._read(entry[3])
+            self._texts[module_name] = None if entry is None else read_text(entry[3])
         return self._texts[module_name]
 
     def module(self, name: str) -> Module | None:

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import ast
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from liftgate.arch.core import ArchSet
 from liftgate.chain.callgraph import CallGraph, Function
-from liftgate.model import Chain, ChainLink, ElseKind, Gate, GateKind
+from liftgate.model import Chain, ChainLink, ElseKind, Gate, GateKind, Relation
+from liftgate.sources.workspace import Workspace
 
 if TYPE_CHECKING:
     from liftgate.judge.region import FileStore
@@ -49,8 +50,7 @@ class ChainContext:
     """What the chains of one scan share: gates, files, the call graph and the include closures."""
 
     gates: Sequence[Gate]
-    files: Mapping[tuple[str, str | None], Mapping[str, str]]
-    read: Callable[[str], str | None]
+    workspace: Workspace
     graph: CallGraph = field(init=False)
     _by_id: dict[str, Gate] = field(init=False)
     _build_at: dict[int, list[Gate]] | None = None
@@ -61,7 +61,7 @@ class ChainContext:
     _chains: dict[str, Chain] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.graph = CallGraph(self.files, self.read)
+        self.graph = CallGraph(self.workspace)
         self._by_id = {g.id: g for g in self.gates}
 
     def gate(self, gate_id: str) -> Gate | None:
@@ -102,10 +102,8 @@ class ChainContext:
 
         key = (gate.location.package, gate.location.version)
         if key not in self._stores:
-            paths = self.files.get(key, {})
-            self._stores[key] = FileStore(
-                sorted(paths), lambda p: self.read(paths[p]) if p in paths else None
-            )
+            paths = self.workspace.files(*key)
+            self._stores[key] = FileStore(sorted(paths), lambda p: self.workspace.read(*key, p))
         return self._stores[key]
 
     # -- chains -------------------------------------------------------------------------------
@@ -121,11 +119,11 @@ class ChainContext:
         """The CUDA gates in the sources a build filter or CMake arch list compiles."""
         if gate.id in self._compiles:
             return self._compiles[gate.id]
-        from liftgate.judge.verdict import _jit_sources
+        from liftgate.judge.verdict import jit_sources
 
         store = self._store(gate)
         package, version = gate.location.package, gate.location.version
-        sources = _jit_sources(gate, sorted(self.files.get((package, version), {})))
+        sources = jit_sources(gate, sorted(self.workspace.files(package, version)))
         builds_for = gate.admitted | gate.unknown
         if self._cuda_at is None:
             self._cuda_at = {}
@@ -143,7 +141,7 @@ class ChainContext:
                         continue
                     seen.add(g.id)
                     via = [f"builds {source}"] + ([f"which includes {member}"] if member != source else [])
-                    links.append(ChainLink(g.id, gate.id, "compiles", tuple(via), True))
+                    links.append(ChainLink(g.id, gate.id, Relation.COMPILES, tuple(via), True))
         self._compiles[gate.id] = links
         return links
 
@@ -200,7 +198,7 @@ def _step(fn: Function, line: int) -> str:
 
 
 def _build_chain(ctx: ChainContext, root: Gate) -> Chain:
-    links: list[ChainLink] = [ChainLink(root.id, None, "root", (), True)]
+    links: list[ChainLink] = [ChainLink(root.id, None, Relation.ROOT, (), True)]
     notes: list[str] = []
     members = {root.id}
 
@@ -221,7 +219,7 @@ def _build_chain(ctx: ChainContext, root: Gate) -> Chain:
                         ChainLink(
                             g.id,
                             root.id,
-                            "flag",
+                            Relation.FLAG,
                             ("compiled only where this CMake gate passes its -D flag",),
                             True,
                         )
@@ -278,13 +276,13 @@ def _build_chain(ctx: ChainContext, root: Gate) -> Chain:
             here = parent
             for guard in ctx.guards_in(callee):
                 if guard.id != root.id and add(
-                    ChainLink(guard.id, parent, "calls", step[-MAX_VIA:], step_exact)
+                    ChainLink(guard.id, parent, Relation.CALLS, step[-MAX_VIA:], step_exact)
                 ):
                     here = guard.id
             builds = ctx.builds_in(callee)
             if builds:
                 for build in builds:
-                    if add(ChainLink(build.id, here, "builds", step[-MAX_VIA:], step_exact)):
+                    if add(ChainLink(build.id, here, Relation.BUILDS, step[-MAX_VIA:], step_exact)):
                         builds_reached.append(build)
                 continue  # a JIT generator: what it compiles is the build gate's link
             # The path keeps growing past a guard: each link's "via" reads from the root.

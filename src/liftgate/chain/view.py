@@ -15,15 +15,12 @@ whole chain resolves (a filter lifted without the CUDA gates that compile out
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from liftgate.arch.core import Arch
-from liftgate.model import Chain, ChainLink, Gate, GateKind, Status, Verdict, VerdictKind
+from liftgate.model import Chain, ChainLink, Gate, GateKind, Hazard, HazardKind, Status, Verdict, VerdictKind
 
-_MODULE = re.compile(r'JIT module "([^"]+)"')
-_GATE_ID = re.compile(r"\b(?:cu|cr|py|pb|cm)-[0-9a-f]{10}\b")
 _RANK = {VerdictKind.LIFTABLE: 0, VerdictKind.UNKNOWN: 1, VerdictKind.BLOCKED: 2}
 
 
@@ -47,8 +44,8 @@ class ChainView:
     verdict: VerdictKind | None  # None: nothing in the chain shuts the target out
     weakest: tuple[str, ...]  # the gates that decide the verdict
     reasons: tuple[str, ...]
-    hazards: tuple[str, ...]  # not resolved by lifting the chain
-    covered: tuple[str, ...]  # resolved by lifting the chain together
+    hazards: tuple[Hazard, ...]  # not resolved by lifting the chain
+    covered: tuple[Hazard, ...]  # resolved by lifting the chain together
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -63,10 +60,9 @@ def title(chain: Chain, gates: Mapping[str, Gate]) -> str:
     for link in chain.links:
         gate = gates.get(link.gate_id)
         if gate is not None and gate.kind is GateKind.PY_BUILD:
-            for item in gate.evidence:
-                m = _MODULE.search(item.text)
-                if m and m.group(1) not in modules:
-                    modules.append(m.group(1))
+            for build in gate.builds:
+                if build.what == "JIT module" and build.name and build.name not in modules:
+                    modules.append(build.name)
     built = f"; builds JIT module {', '.join(modules)}" if modules else ""
     return f"{where}{built}"
 
@@ -130,12 +126,12 @@ def view(
     if worst is VerdictKind.LIFTABLE:
         reasons = [f"every gate of the chain that shuts {target.name} out is liftable"]
         weakest = []
-    hazards: list[str] = []
-    covered: list[str] = []
+    hazards: list[Hazard] = []
+    covered: list[Hazard] = []
     for m in required:
         for hazard in m.verdict.hazards if m.verdict else ():
-            named = set(_GATE_ID.findall(hazard))
-            own_silent = hazard.startswith("silent exclusion:") and m.gate.kind is GateKind.CUDA_PP
+            named = set(hazard.gates)
+            own_silent = hazard.kind is HazardKind.SILENT_EXCLUSION and m.gate.kind is GateKind.CUDA_PP
             if own_silent or (named and named <= required_ids):
                 if hazard not in covered:
                     covered.append(hazard)

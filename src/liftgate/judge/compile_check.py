@@ -5,7 +5,7 @@ translation unit is the gated file when it is a ``.cu``, else the smallest ``.cu
 package that includes it (else the header on its own). For a build filter (FlashInfer-style JIT
 spec, CMake arch list) the translation units are the sources it guards. The package's C/C++
 files are laid out in a temporary directory (symlinks, nothing in the package is touched), the
-gate's directive is replaced there by the lifted one (`liftgate.lift.cuda_edit`), include
+gate's directive is replaced there by the lifted one (`liftgate.edits.cuda`), include
 directories are derived from how the package's own ``#include`` lines resolve, and each unit
 is compiled to PTX with ``nvcc --ptx -arch=compute_XX`` and assembled with ``ptxas -arch=sm_XX``.
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from liftgate.arch.core import Arch
 from liftgate.detect.cuda import CUDA_EXTENSIONS, IncludeIndex
-from liftgate.lift.cuda_edit import EditError, lift_directive
+from liftgate.edits.cuda import EditError, lift_directive
 from liftgate.model import Gate, GateKind, Status
 from liftgate.sources.interface import is_system_path, open_regular
 
@@ -161,9 +161,9 @@ def _units_for(gate: Gate, files: Mapping[str, str], index: IncludeIndex) -> tup
     """Translation units to compile, and a note on how they were chosen."""
     path = gate.location.path
     if gate.kind in (GateKind.PY_BUILD, GateKind.CMAKE):
-        from liftgate.judge.verdict import _jit_sources
+        from liftgate.judge.verdict import jit_sources
 
-        sources = [s for s in _jit_sources(gate, list(files)) if s.endswith((".cu", ".cpp", ".cc"))]
+        sources = [s for s in jit_sources(gate, list(files)) if s.endswith((".cu", ".cpp", ".cc"))]
         if len(sources) > MAX_UNITS:
             return sources[:MAX_UNITS], f"compiled the first {MAX_UNITS} of {len(sources)} sources"
         return sources, None
@@ -359,9 +359,9 @@ def _build(
     timeout_s: float,
 ) -> CompileCheck:
     """Compile each unit (laid out under ``tmp``) to PTX for ``arch`` and assemble it."""
-    from liftgate.judge.region import _matcher
+    from liftgate.judge.region import feature_matcher
 
-    matcher = _matcher()
+    matcher = feature_matcher()
     virtual, real = _nvcc_arch(arch)
     commands: list[str] = []
     emitted: dict[str, None] = {}

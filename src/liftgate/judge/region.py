@@ -29,7 +29,7 @@ from liftgate.detect.cpp_lex import LITERALS, LexLimit, lex_directives, strip_co
 from liftgate.detect.cpp_syntax import find_functions, tokenize
 from liftgate.detect.cuda import IncludeIndex
 from liftgate.judge.catalog import Feature, load_catalog
-from liftgate.model import Gate, GateKind, Status
+from liftgate.model import Gate, GateKind, Hazard, Status
 
 MAX_DEPTH = 12  # nested calls followed from a region (each function is analysed once, then reused)
 MAX_DEPENDENTS = 400  # regions guarded by macros a region defines, per region
@@ -109,7 +109,7 @@ class RegionFacts:
     deeper: dict[str, tuple[str, int]] = field(default_factory=dict)  # defined, but past MAX_DEPTH
     followed: list[str] = field(default_factory=list)
     defines: list[str] = field(default_factory=list)  # macros the region defines
-    hazards: list[str] = field(default_factory=list)  # found while analysing (e.g. in built sources)
+    hazards: list[Hazard] = field(default_factory=list)  # found while analysing (e.g. in built sources)
     smem: list[tuple[int, str, int, str]] = field(default_factory=list)  # bytes, path, line, text
     code_lines: int = 0
 
@@ -247,7 +247,8 @@ def _anchor(pattern: str) -> str | None:
 
 
 @cache
-def _matcher() -> _Matcher:
+def feature_matcher() -> _Matcher:
+    """The catalog's feature patterns, compiled once."""
     return _Matcher(load_catalog())
 
 
@@ -333,7 +334,7 @@ class _FileInfo:
         if self._indexed:
             return
         self._indexed = True
-        matcher = _matcher()
+        matcher = feature_matcher()
         clean = self.clean
         literals = [m for m in LITERALS.finditer(clean) if m.group(0).startswith('"')]
         if literals:

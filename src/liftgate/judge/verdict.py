@@ -28,9 +28,10 @@ data race, not a clean failure), and shared-memory sizes beyond the target's per
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from liftgate.arch.core import Arch, universe
 from liftgate.judge.catalog import Feature, load_catalog
@@ -43,15 +44,25 @@ from liftgate.judge.region import (
     RegionAnalyzer,
     RegionFacts,
     Use,
-    _matcher,
+    feature_matcher,
     shared_memory_limit,
 )
-from liftgate.model import ElseKind, FeatureUse, Gate, GateKind, Status, Verdict, VerdictKind
+from liftgate.model import (
+    ElseKind,
+    FeatureUse,
+    Gate,
+    GateKind,
+    Hazard,
+    HazardKind,
+    Report,
+    Status,
+    Verdict,
+    VerdictKind,
+)
 from liftgate.sources.interface import NullObserver, Observer
+from liftgate.sources.workspace import Workspace
 
-_SOURCES = re.compile(r"(?:built from|builds) (.+?)(?: for | at |$)")
 _PY_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.M)
-_MODULE = re.compile(r'JIT module "([^"]+)"')
 MAX_LISTED = 6
 BEST_EFFORT = "best effort"
 
@@ -120,10 +131,10 @@ def _build_context(store: FileStore, paths: list[str], gates: Sequence[Gate], ta
     for gate in gates:
         if gate.kind is not GateKind.PY_BUILD or not gate.location.path.endswith(".py"):
             continue
-        sources = _jit_sources(gate, paths)
+        sources = jit_sources(gate, paths)
         holder = ctx.python(gate.location.path).enclosing(gate.location.line)
         if holder:
-            module = next((m.group(1) for e in gate.evidence if (m := _MODULE.search(e.text))), holder)
+            module = jit_module(gate) or holder
             ctx.generators.setdefault(holder, []).append(_Generator(gate, module, sources))
     return ctx
 
@@ -163,7 +174,7 @@ def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
                 scope += f"; it defines {_listed(macros, 3)}, which guards {count} region(s) in the package"
         return _decide(gate, target, facts, catalog, scope)
     if gate.kind in (GateKind.PY_BUILD, GateKind.CMAKE):
-        sources = _jit_sources(gate, ctx.paths)
+        sources = jit_sources(gate, ctx.paths)
         if not sources:
             what = "build filter" if gate.kind is GateKind.PY_BUILD else "CMake arch list"
             return _module_verdict(
@@ -209,7 +220,7 @@ def _module_evidence(path: str, line: int, ctx: PackageContext) -> RegionFacts:
     if not path.endswith(".py"):
         return facts
     module = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-    for anchor, pattern, fid in _matcher().patterns:
+    for anchor, pattern, fid in feature_matcher().patterns:
         if anchor is None or anchor in module:
             m = pattern.search(module)
             if m:
@@ -271,7 +282,7 @@ def _sources_facts(sources: Sequence[str], analyzer: RegionAnalyzer) -> tuple[Re
     return facts, notes
 
 
-def _silent_exclusion(gate: Gate, analyzer: RegionAnalyzer) -> str | None:
+def _silent_exclusion(gate: Gate, analyzer: RegionAnalyzer) -> Hazard | None:
     """The hazard of building sources whose gate ``gate`` stays shut: ordering compiled out."""
     span = gate.then_span
     if span is None:
@@ -282,11 +293,13 @@ def _silent_exclusion(gate: Gate, analyzer: RegionAnalyzer) -> str | None:
     if not ordering:
         return None
     first = ordering[0]
-    return (
+    return Hazard(
+        HazardKind.SILENT_SOURCE,
         f"silent exclusion inside the sources: built for {analyzer.target.name} with only this gate lifted, "
         f"{gate.location.path}:{gate.location.line} ({gate.id}) compiles out {first.text} at {first.path}:{first.line} "
         "with nothing in its place. If the host launches with programmatic dependent launch, that is a data "
-        f"race; lift {gate.id} too"
+        f"race; lift {gate.id} too",
+        (gate.id,),
     )
 
 
@@ -357,23 +370,23 @@ def _judge_python(gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[s
     return _decide(gate, target, facts, catalog, scope, silent_hazard=False, notes=notes)
 
 
-def _jit_sources(gate: Gate, paths: Sequence[str]) -> list[str]:
-    """Package paths of the CUDA sources a build gate guards (named in its evidence)."""
-    names: list[str] = []
-    for e in gate.evidence:
-        m = _SOURCES.search(e.text)
-        if m:
-            text = re.sub(r" and \d+ more$", "", m.group(1).strip())
-            names.extend(n.strip().strip('"') for n in text.split(",") if n.strip())
+def jit_sources(gate: Gate, paths: Sequence[str]) -> list[str]:
+    """Package paths of the sources a build gate guards: every source its `BuildTarget` facts list
+    (a bare file name matches the shortest package path ending in it; a glob matches nothing)."""
     out: list[str] = []
-    for name in names:
-        name = name.rstrip(".").removesuffix(" …")
-        if not name or "…" in name:
-            continue
-        matches = [p for p in paths if p == name or p.endswith("/" + name)]
-        if matches:
-            out.append(min(matches, key=len))
+    for build in gate.builds:
+        for name in build.sources:
+            if not name or "*" in name or "…" in name:
+                continue
+            matches = [p for p in paths if p == name or p.endswith("/" + name)]
+            if matches:
+                out.append(min(matches, key=len))
     return list(dict.fromkeys(out))
+
+
+def jit_module(gate: Gate) -> str | None:
+    """The name of the JIT module a py-build gate guards, when a `BuildTarget` fact names one."""
+    return next((b.name for b in gate.builds if b.what == "JIT module" and b.name), None)
 
 
 def _variant_with(missing: Iterable[str], target: Arch, catalog: dict[str, Feature]) -> Arch | None:
@@ -438,23 +451,29 @@ def _decide(
             + (f" ({', '.join(present)})" if present else " (no special hardware feature)")
         )
     reasons.extend(notes)
-    hazards: list[str] = list(facts.hazards)
+    hazards: list[Hazard] = list(facts.hazards)
     if silent_hazard and gate.kind is GateKind.CUDA_PP and gate.else_kind is ElseKind.NONE:
         ordering = [u for u in uses if catalog[u.feature].ordering]
         if ordering:
             hazards.append(
-                f"silent exclusion: on {target.name} this code is compiled out with nothing in its place, "
-                f"and it orders or synchronises ({'; '.join(_fmt(u) for u in ordering[:3])}). If the host still "
-                "launches the kernel with programmatic dependent launch, the dependent kernel can run before "
-                "its producer finishes: a data race, not an error"
+                Hazard(
+                    HazardKind.SILENT_EXCLUSION,
+                    f"silent exclusion: on {target.name} this code is compiled out with nothing in its place, "
+                    f"and it orders or synchronises ({'; '.join(_fmt(u) for u in ordering[:3])}). If the host "
+                    "still launches the kernel with programmatic dependent launch, the dependent kernel can run "
+                    "before its producer finishes: a data race, not an error",
+                )
             )
     limit = shared_memory_limit(target)
     if limit is not None:
         for size, path, line, text in facts.smem:
             if size > limit:
                 hazards.append(
-                    f"shared memory: {text} at {path}:{line} asks for {size:,} bytes per block; "
-                    f"{target.name} allows {limit:,}"
+                    Hazard(
+                        HazardKind.SHARED_MEMORY,
+                        f"shared memory: {text} at {path}:{line} asks for {size:,} bytes per block; "
+                        f"{target.name} allows {limit:,}",
+                    )
                 )
     return Verdict(
         gate.id,
@@ -470,27 +489,18 @@ def _decide(
     )
 
 
-def _reader(files: dict[str, str], read: Callable[[str], str | None]) -> Callable[[str], str | None]:
-    def read_package_path(path: str) -> str | None:
-        return read(files[path]) if path in files else None
-
-    return read_package_path
-
-
 def judge_report(
     gates: Iterable[Gate],
     targets: Sequence[Arch],
-    packages: Iterable[tuple[str, str | None, dict[str, str]]],
-    read: Callable[[str], str | None],
+    workspace: Workspace,
     only: Callable[[Gate], bool] | None = None,
     observer: Observer | None = None,
 ) -> list[Verdict]:
     """Verdicts for every gate that excludes (or may exclude) one of ``targets``.
 
-    ``packages`` gives, per package (name, version), its files as package path -> filesystem path;
-    ``read`` reads a filesystem path as text (None when it cannot). ``only`` limits which gates
-    are judged (all gates still inform the analysis). ``observer`` is started once with the
-    number of (gate, target) pairs to judge and advanced by one per pair; the caller finishes it.
+    ``workspace`` reads the packages' files. ``only`` limits which gates are judged (all gates
+    still inform the analysis). ``observer`` is started once with the number of (gate, target)
+    pairs to judge and advanced by one per pair; the caller finishes it.
     """
     observer = observer or NullObserver()
     by_package: dict[tuple[str, str | None], list[Gate]] = {}
@@ -498,9 +508,9 @@ def judge_report(
         by_package.setdefault((gate.location.package, gate.location.version), []).append(gate)
     # The (gate, target) pairs to judge, per package and target, before any is judged: their count
     # is the phase's total.
-    plan: list[tuple[dict[str, str], list[Gate], list[tuple[Arch, list[Gate]]]]] = []
-    for name, version, files in packages:
-        pkg_gates = by_package.get((name, version), [])
+    plan: list[tuple[tuple[str, str | None], list[Gate], list[tuple[Arch, list[Gate]]]]] = []
+    for key in workspace.package_keys():
+        pkg_gates = by_package.get(key, [])
         if not pkg_gates:
             continue
         work: list[tuple[Arch, list[Gate]]] = []
@@ -511,15 +521,33 @@ def judge_report(
             if todo:
                 work.append((target, todo))
         if work:
-            plan.append((files, pkg_gates, work))
+            plan.append((key, pkg_gates, work))
     observer.start("judging the gated code", total=sum(len(todo) for _, _, work in plan for _, todo in work))
     verdicts: list[Verdict] = []
-    for files, pkg_gates, work in plan:
-        paths = sorted(files)
-        store = FileStore(paths, _reader(files, read))
+    for (name, version), pkg_gates, work in plan:
+        paths = sorted(workspace.files(name, version))
+        store = FileStore(paths, functools.partial(workspace.read, name, version))
         for target, todo in work:
             ctx = _build_context(store, paths, pkg_gates, target)
             for g in todo:
                 verdicts.append(judge_gate(g, target, ctx))
                 observer.advance(1)
     return verdicts
+
+
+def judge_scan(
+    report: Report, only: Callable[[Gate], bool] | None = None, observer: Observer | None = None
+) -> Report:
+    """``report`` with a verdict for every gate that excludes one of its targets (``scan --judge``);
+    ``only`` chooses which gates are judged. Needs the report's workspace (`liftgate.scan` sets it)."""
+    if not report.targets:
+        return report
+    if report.workspace is None:
+        raise ValueError("the report has no workspace: the judge reads the scanned files")
+    observer = observer or NullObserver()
+    archs = list(dict.fromkeys(t.arch for t in report.targets))
+    try:
+        verdicts = judge_report(report.gates, archs, report.workspace, only=only, observer=observer)
+    finally:
+        observer.finish()
+    return replace(report, verdicts=(*report.verdicts, *verdicts))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from liftgate.arch.core import Arch
-from liftgate.lift.text import Edit, NoSafeEdit, TextEdit
+from liftgate.lift.text import Edit, Granularity, NoSafeEdit, TextEdit
 from liftgate.model import Gate
 
 _ITEM = re.compile(r"^(\d{2,3}|\d{1,2}\.\d)([af])?(-real|-virtual|\+PTX)?$")
@@ -48,7 +48,9 @@ def cmake_edit(text: str, gate: Gate, arch: Arch, line_starts: list[int]) -> Edi
                 raise NoSafeEdit(f'"{m.group(1)}" already lists {spelled}')
             at = start + m.end(1)
             return Edit(
-                (TextEdit(at, at, f";{spelled}"),), f'added {spelled} to "{m.group(1)}"', "capability"
+                (TextEdit(at, at, f";{spelled}"),),
+                f'added {spelled} to "{m.group(1)}"',
+                Granularity.CAPABILITY,
             )
         if gate.directive == "list":
             break
@@ -61,7 +63,9 @@ def cmake_edit(text: str, gate: Gate, arch: Arch, line_starts: list[int]) -> Edi
         if spelled and spelled not in (t.group(0) for t in run):
             at = start + last.end()
             return Edit(
-                (TextEdit(at, at, f" {spelled}"),), f"added {spelled} after {last.group(0)}", "capability"
+                (TextEdit(at, at, f" {spelled}"),),
+                f"added {spelled} after {last.group(0)}",
+                Granularity.CAPABILITY,
             )
     if gate.directive == "list":
         m2 = re.search(r"(\"[^\"]*\")\s*\)", region)
@@ -70,5 +74,7 @@ def cmake_edit(text: str, gate: Gate, arch: Arch, line_starts: list[int]) -> Edi
             spelled = _spell(items[0], arch)
             if spelled:
                 at = start + m2.end(1)
-                return Edit((TextEdit(at, at, f' "{spelled}"'),), f'appended "{spelled}"', "capability")
+                return Edit(
+                    (TextEdit(at, at, f' "{spelled}"'),), f'appended "{spelled}"', Granularity.CAPABILITY
+                )
     raise NoSafeEdit("no literal arch list at the gate (it comes from a variable): edit it by hand")

@@ -50,13 +50,12 @@ import os
 import re
 import shutil
 import stat
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from liftgate import __version__
+from liftgate._version import __version__
 from liftgate.lift.plan import PatchPlan, resolve_inside, safe_relpath, sha256
 
 JOURNAL_DIR = ".liftgate"
@@ -108,17 +107,16 @@ class LiftStatus:
 
 
 def prefix_for(env: str | None) -> str:
-    """The environment prefix whose ``.liftgate`` journal records lifts in ``env``."""
-    if not env:
-        return sys.prefix
-    path = os.path.abspath(os.path.expanduser(env))
-    parts = path.split(os.sep)
-    for name in ("site-packages", "dist-packages"):
-        if parts and parts[-1] == name:
-            # <prefix>/lib/pythonX.Y/site-packages, <prefix>/Lib/site-packages
-            up = 3 if len(parts) >= 3 and parts[-2].startswith("python") else 2
-            return os.sep.join(parts[:-up]) or os.sep
-    return path
+    """The environment prefix whose ``.liftgate`` journal records lifts in ``env``: the prefix
+    `liftgate.sources.environment.resolve_env` finds for it (this interpreter's when None). An
+    ``env`` that is no environment directory is a `LiftError` saying what to pass instead."""
+    from liftgate.sources.environment import resolve_env
+    from liftgate.sources.interface import SourceError
+
+    try:
+        return resolve_env(env).prefix
+    except SourceError as exc:
+        raise LiftError(str(exc)) from None
 
 
 def journal_dir(prefix: str) -> str:

@@ -1,7 +1,7 @@
 """The PatchPlan: which edits lift which gates, as data and a unified diff, before anything changes.
 
 `plan_lift` is pure given the scan it starts from and a way to re-detect: for each gate it picks
-the language's edit (`cuda_edit`, `py_edit`, `cmake_edit`), marks it with a comment naming
+the language's edit (`liftgate.edits.cuda`, `py_edit`, `cmake_edit`), marks it with a comment naming
 liftgate, the target and the lift id, and groups the edits by file. Then it **re-detects** the
 patched files (the same detectors, reading the new text from a temporary copy) and keeps an
 edit only if the gate now admits the target and nothing beyond what the edit claims (a CUDA
@@ -26,16 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from liftgate.arch.core import Arch, ArchSet, cuda_exact_test, universe
+from liftgate.edits.cuda import EditError, lift_directive
 from liftgate.lift import py_edit
 from liftgate.lift.cmake_edit import cmake_edit
-from liftgate.lift.cuda_edit import EditError, lift_directive
-from liftgate.lift.text import Edit, NoSafeEdit, TextEdit, apply_edits
+from liftgate.lift.text import Edit, Granularity, NoSafeEdit, TextEdit, apply_edits
 from liftgate.model import Gate, GateKind, Report, Status
+from liftgate.sources.workspace import Workspace
 
 PLAN_VERSION = 1
-_DEFINED_UNDER = re.compile(r"^(\w+) is defined (?:under|when)\b")
-_ARCH_BUILTIN = re.compile(r"__CUDA_ARCH")
-_JIT_MODULE = re.compile(r'JIT module "([^"]+)"')
 _CUDA_MARKER = "\x00liftgate-marker\x00"  # replaced by the marker once the lift id is known
 
 Rescan = Callable[[Mapping[tuple[str, str], str], Sequence[str]], Report]
@@ -112,9 +110,13 @@ class PlannedGate:
     line: int
     condition: str
     how: str
-    granularity: str  # "exact" (CUDA passes), "capability", "major"
+    granularity: Granularity
     via: str | None = None  # the gate actually edited when it is not this one (a derived macro's definition)
     jit_modules: tuple[str, ...] = ()  # JIT modules a build filter guards (their cache entries go stale)
+
+    def __post_init__(self) -> None:
+        # A plan read back from its JSON (``verify --plan``) names the granularity by its value.
+        object.__setattr__(self, "granularity", Granularity(self.granularity))
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +188,7 @@ def _planned_dict(p: PlannedGate) -> dict[str, Any]:
         "line": p.line,
         "condition": p.condition,
         "how": p.how,
-        "granularity": p.granularity,
+        "granularity": p.granularity.value,
         "via": p.via,
         "jit_modules": list(p.jit_modules),
     }
@@ -202,10 +204,10 @@ def exact_archs(target: Arch) -> ArchSet:
     return ArchSet(same)
 
 
-def allowed_archs(target: Arch, granularity: str) -> ArchSet:
-    if granularity == "major":
+def allowed_archs(target: Arch, granularity: Granularity) -> ArchSet:
+    if granularity is Granularity.MAJOR:
         return ArchSet(a for a in universe() if a.major == target.major)
-    if granularity == "capability":
+    if granularity is Granularity.CAPABILITY:
         return ArchSet(a for a in universe() if a.cc == target.cc)
     return exact_archs(target)
 
@@ -241,9 +243,9 @@ def _line_starts(text: str) -> list[int]:
 def _definition_gates(gate: Gate, gates: Sequence[Gate], target: Arch) -> list[Gate] | None:
     """For a CUDA gate that sees the arch only through derived macros: the gates around their
     ``#define``s (those are what a lift edits), or None when the gate tests the arch itself."""
-    if _ARCH_BUILTIN.search(gate.condition):
+    if "__CUDA_ARCH" in gate.condition:  # the condition's own code tests the arch
         return None
-    defs = [e for e in gate.evidence if e.path and e.line and _DEFINED_UNDER.match(e.text)]
+    defs = [m for m in gate.macros if m.path and m.line and m.condition]  # defined under a condition
     if not defs:
         return None
     found: list[Gate] = []
@@ -266,19 +268,20 @@ def plan_lift(
     report: Report,
     gate_ids: Sequence[str],
     target: Arch,
-    files: Mapping[tuple[str, str | None], Mapping[str, str]],
+    workspace: Workspace,
     *,
     at: str = "call-site",
     rescan: Rescan | None = None,
 ) -> PatchPlan:
     """Plan the lift of ``gate_ids`` (ids or unique prefixes from ``report``) for ``target``.
 
-    ``files`` maps each package to its files on disk (``liftgate.scan(files_out=…)``). With
+    ``workspace`` holds the packages' files on disk (a scan's ``report.workspace``). With
     ``rescan``, edits are re-detected and only verified ones are kept (``verified=True``).
     """
+    files = workspace.as_mapping()
     if at not in ("call-site", "definition"):
         raise PlanError(f"--at must be call-site or definition, not {at!r}")
-    gates = _resolve_ids(report.gates, gate_ids)
+    gates = resolve_ids(report.gates, gate_ids)
     skipped: list[SkippedGate] = []
     rejected: dict[str, str] = {}
     for _round in range(3):
@@ -302,7 +305,8 @@ def matching_ids(ids: Sequence[str], wanted: str) -> list[str]:
     return [wanted] if wanted in ids else [i for i in ids if i.startswith(wanted)]
 
 
-def _resolve_ids(gates: Sequence[Gate], wanted: Sequence[str]) -> list[Gate]:
+def resolve_ids(gates: Sequence[Gate], wanted: Sequence[str]) -> list[Gate]:
+    """The gates ``wanted`` names (ids or unique prefixes), in order, each once; `PlanError` otherwise."""
     by_id = {g.id: g for g in gates}
     out: list[Gate] = []
     for w in wanted:
@@ -386,7 +390,12 @@ def _plan_once(
         for gate in targets_to_edit:
             if gate.id in edited:
                 planned.append(
-                    _planned(requested, "the same definition edit as " + edited[gate.id], "exact", via_note)
+                    _planned(
+                        requested,
+                        "the same definition edit as " + edited[gate.id],
+                        Granularity.EXACT,
+                        via_note,
+                    )
                 )
                 break
             try:
@@ -443,8 +452,8 @@ def _eol(text: str, offset: int) -> int:
     return end - 1 if end > 0 and text[end - 1] == "\r" else end
 
 
-def _planned(gate: Gate, how: str, granularity: str, via: str | None) -> PlannedGate:
-    modules = tuple(dict.fromkeys(m.group(1) for e in gate.evidence if (m := _JIT_MODULE.search(e.text))))
+def _planned(gate: Gate, how: str, granularity: Granularity, via: str | None) -> PlannedGate:
+    modules = tuple(dict.fromkeys(b.name for b in gate.builds if b.what == "JIT module" and b.name))
     return PlannedGate(
         gate.id, gate.kind.value, gate.location.package, gate.location.path, gate.location.line,
         gate.condition, how, granularity, via, modules,
@@ -464,7 +473,7 @@ def _edit_for(
         lines = fw.text[begin:end].splitlines(keepends=True)
         directive = lift_directive(lines, _CUDA_MARKER, target)
         how = f"or'ed with {cuda_exact_test(target)}"
-        return Edit((TextEdit(begin, end, "".join(directive.after)),), how, "exact")
+        return Edit((TextEdit(begin, end, "".join(directive.after)),), how, Granularity.EXACT)
     key = (fw.package, fw.path)
     if gate.kind in (GateKind.PY_RUNTIME, GateKind.PY_BUILD):
         if key not in trees:

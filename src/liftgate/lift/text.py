@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,11 +21,19 @@ class TextEdit:
     new: str
 
 
+class Granularity(str, enum.Enum):
+    """Which targets a lifted gate admits besides the one asked for."""
+
+    EXACT = "exact"  # a CUDA test: exactly the target's compilation passes
+    CAPABILITY = "capability"  # exactly the target's capability
+    MAJOR = "major"  # every minor of the target's major (the code compares majors)
+
+
 @dataclass(frozen=True, slots=True)
 class Edit:
     edits: tuple[TextEdit, ...]
     how: str  # one line for the plan: what the edit does
-    granularity: str  # "capability" (exactly the target), "major" (every minor of its major)
+    granularity: Granularity
 
 
 def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:

@@ -30,6 +30,7 @@ from liftgate.lift.plan import (
 )
 from liftgate.model import Report, Status, VerdictKind
 from liftgate.sources.interface import Observer
+from liftgate.sources.workspace import Workspace
 
 SERIES_FILE = "series"
 SERIES_JSON = "liftgate-series.json"
@@ -40,7 +41,7 @@ _MAX_SERIES = 64 << 20
 @dataclass(frozen=True)
 class EnvScan:
     report: Report
-    files: dict[tuple[str, str | None], dict[str, str]]
+    workspace: Workspace
     env: str | None
     rescan: Callable[[Mapping[tuple[str, str], str], Sequence[str]], Report]
 
@@ -54,18 +55,18 @@ def scan_env(
     cache_dir: str | None = None,
     observer: Observer | None = None,
 ) -> EnvScan:
-    from liftgate.scanner import scan
+    from liftgate.judge.verdict import judge_scan
+    from liftgate.scan import scan
 
-    files: dict[tuple[str, str | None], dict[str, str]] = {}
-    report = scan(
-        [], [target], env=env, judge=judge, files_out=files, cache_dir=cache_dir,
-        observer=observer, only_packages=only_packages,
-    )  # fmt: skip
+    report = scan([], [target], env=env, cache_dir=cache_dir, observer=observer, only_packages=only_packages)
+    if judge:
+        report = judge_scan(report, only=judge if callable(judge) else None, observer=observer)
+    assert report.workspace is not None
 
     def rescan(overlay: Mapping[tuple[str, str], str], packages: Sequence[str]) -> Report:
         return scan([], [target], env=env, overlay=overlay, only_packages=packages, cache_dir=cache_dir)
 
-    return EnvScan(report, files, env, rescan)
+    return EnvScan(report, report.workspace, env, rescan)
 
 
 def resolve_gate_ids(es: EnvScan, target: Arch, gate_ids: Sequence[str]) -> list[str]:
@@ -121,7 +122,6 @@ def judge_env(
     excludes it) added: those `scan` gives with ``judge`` (the same call, the same gates informing
     the analysis), for only the gates a lift needs."""
     from liftgate.judge import verdict
-    from liftgate.scanner import _read_text_lenient
 
     wanted = None if gate_ids is None else set(gate_ids)
     if wanted is not None and not wanted:
@@ -132,8 +132,7 @@ def judge_env(
         verdicts = verdict.judge_report(
             es.report.gates,
             [target],
-            [(name, version, files) for (name, version), files in es.files.items()],
-            _read_text_lenient,
+            es.workspace,
             only=None if wanted is None else (lambda g: g.id in wanted),
         )
     finally:
@@ -151,9 +150,9 @@ def choose_gates(
         ids = [v.gate_id for v in es.report.verdicts if v.target == target and v.kind is VerdictKind.LIFTABLE]
         return list(dict.fromkeys(ids)), []
     chosen, refused = [], []
-    from liftgate.lift.plan import _resolve_ids
+    from liftgate.lift.plan import resolve_ids
 
-    for gate in _resolve_ids(es.report.gates, gate_ids):
+    for gate in resolve_ids(es.report.gates, gate_ids):
         verdict = index.get((gate.id, target))
         if verdict is not None and verdict.kind is VerdictKind.BLOCKED and not force:
             why = verdict.reasons[0] if verdict.reasons else "blocked"
@@ -179,12 +178,11 @@ def choose_chain(es: EnvScan, target: Arch, gate_id: str, force: bool) -> ChainC
     """The chain of ``gate_id`` (its own, or the one chain that reaches it), judged for ``target``:
     every gate of it that shuts the target out, lifted as one or not at all."""
     from liftgate.chain import chains_of_gate, judge_members, view
-    from liftgate.lift.plan import _resolve_ids
-    from liftgate.scanner import _read_text_lenient
+    from liftgate.lift.plan import resolve_ids
 
-    (gate,) = _resolve_ids(es.report.gates, [gate_id])
+    (gate,) = resolve_ids(es.report.gates, [gate_id])
     # A gate that starts a chain lifts its own; any other, the one chain that reaches it.
-    chains = chains_of_gate(gate.id, es.report.gates, [target], es.files, _read_text_lenient, reaching=False)
+    chains = chains_of_gate(gate.id, es.report.gates, [target], es.workspace, reaching=False)
     if not chains:
         raise PlanError(
             f"{gate.id} starts no chain and is in none: lift it on its own (`liftgate lift {gate.id}`)"
@@ -198,7 +196,7 @@ def choose_chain(es: EnvScan, target: Arch, gate_id: str, force: bool) -> ChainC
     if len(chain.links) == 1:
         raise PlanError(f"{gate.id} leads to no other gate: lift it on its own (`liftgate lift {gate.id}`)")
     verdicts = list(es.report.verdicts)
-    verdicts += judge_members([chain], es.report.gates, [target], es.files, _read_text_lenient, verdicts)
+    verdicts += judge_members([chain], es.report.gates, [target], es.workspace, verdicts)
     index = {(v.gate_id, v.target): v for v in verdicts}
     seen = view(chain, {g.id: g for g in es.report.gates}, target, index)
     if not seen.required:
@@ -223,7 +221,7 @@ def plan_env(
     at: str = "call-site",
     refused: Sequence[SkippedGate] = (),
 ) -> PatchPlan:
-    plan = _inside_env(plan_lift(es.report, gate_ids, target, es.files, at=at, rescan=es.rescan), es.env)
+    plan = _inside_env(plan_lift(es.report, gate_ids, target, es.workspace, at=at, rescan=es.rescan), es.env)
     notes = list(plan.notes)
     installed = [(p.name, p.version) for p in es.report.packages]
     notes.extend(shadowing_packages(installed, plan.packages()))

@@ -58,7 +58,7 @@ def member_line(member: ChainMember, target: Arch, verdict: Verdict | None) -> s
     if member.superseded:
         shown += ", decided by its links"
     return (
-        f"{member.link.relation:<8} {gate.id}  {loc.package}: {loc.path}:{loc.line}  "
+        f"{member.link.relation.value:<8} {gate.id}  {loc.package}: {loc.path}:{loc.line}  "
         f"{condition_text(gate)[:90]}  [{target.name}: {shown}]"
     )
 
@@ -72,7 +72,7 @@ def chain_to_dict(report: Report, chain: Chain) -> dict[str, Any]:
             {
                 "gate": link.gate_id,
                 "parent": link.parent_id,
-                "relation": link.relation,
+                "relation": link.relation.value,
                 "via": list(link.via),
                 "exact": link.exact,
             }
@@ -85,8 +85,8 @@ def chain_to_dict(report: Report, chain: Chain) -> dict[str, Any]:
                 "required": list(v.required),
                 "weakest": list(v.weakest),
                 "reasons": list(v.reasons),
-                "hazards": list(v.hazards),
-                "covered_hazards": list(v.covered),
+                "hazards": [h.text for h in v.hazards],
+                "covered_hazards": [h.text for h in v.covered],
                 "not_required": [
                     {"gate": m.gate.id, "why": m.why_not} for m in v.members if not m.required and m.why_not
                 ],

@@ -32,7 +32,7 @@ from liftgate.report.interface import GroupBy, RenderOptions, printable_json
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 SCHEMA_RESOURCE = "report.schema.json"
 
 
@@ -64,7 +64,10 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
         "missing": [_use(u) for u in verdict.missing],
         "uses": [_use(u) for u in verdict.uses],
         "unresolved": list(verdict.unresolved),
-        "hazards": list(verdict.hazards),
+        "hazards": [h.text for h in verdict.hazards],
+        "hazard_details": [
+            {"kind": h.kind.value, "text": h.text, "gates": list(h.gates)} for h in verdict.hazards
+        ],
         "scope": verdict.scope,
     }
 
@@ -105,8 +108,33 @@ def gate_to_dict(
         "depends_on": list(gate.depends_on),
         "enclosing": list(gate.enclosing),
         "status": {target.arch.name: gate.status(target.arch).value for target in distinct_targets(report)},
+        "facts": facts_to_dict(gate, report),
         **extra,
     }
+
+
+def facts_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
+    """The schema's ``facts`` object: the typed facts a detector published for the gate."""
+    coverage = gate.coverage
+    return {
+        "builds": [
+            {"what": b.what, "name": b.name, "sources": list(b.sources), "computed": b.computed,
+             "path": b.path, "line": b.line}
+            for b in gate.builds
+        ],
+        "macros": [{"macro": m.macro, "path": m.path, "line": m.line, "condition": m.condition} for m in gate.macros],
+        "passes": [{"macro": p.macro, "value": p.value, "path": p.path, "line": p.line} for p in gate.passes],
+        "build_macros": list(gate.build_macros),
+        "coverage": None
+        if coverage is None
+        else {
+            "native": coverage.native.names(),
+            "ptx_jit": coverage.ptx_jit.names(),
+            "images": coverage.images,
+            "compressed": coverage.compressed,
+            "targets": {t.arch.name: coverage.coverage(t.arch).value for t in distinct_targets(report)},
+        },
+    }  # fmt: skip
 
 
 def gate_trace_to_dict(traced: GateTrace) -> dict[str, Any]:
@@ -115,7 +143,7 @@ def gate_trace_to_dict(traced: GateTrace) -> dict[str, Any]:
         "queried": traced.queried,
         "limited": traced.limited,
         "outcomes": dict(traced.outcomes),
-        "took": traced.took,
+        "took": traced.took.value,
         "queries": list(traced.queries),
         "as": traced.synthetic,
         "agreement": traced.agreement,

@@ -259,7 +259,7 @@ def _hazards_block(
     """The hazards of the listed gates, folded: they are long, and only matter to whoever lifts."""
     rows = [
         f"| {code_span(f'{gate.location.path}:{gate.location.line}')} | {escape_text(target.arch.name)} "
-        f"| {escape_text(verdict.kind.value)} | {escape_text(hazard)} |"
+        f"| {escape_text(verdict.kind.value)} | {escape_text(hazard.text)} |"
         for gate in gates
         for target in distinct_targets(report)
         if verdicts is not None and (verdict := verdicts.get((gate.id, target.arch))) is not None
@@ -303,7 +303,7 @@ def _chains_block(report: Report, options: RenderOptions) -> list[str]:
                 continue
             loc = member.gate.location
             cells = [
-                escape_text(member.link.relation),
+                escape_text(member.link.relation.value),
                 code_span(member.gate.id),
                 code_span(f"{loc.path}:{loc.line}"),
                 code_span(condition_text(member.gate)),

@@ -27,6 +27,8 @@ from liftgate.model import (
     ElseKind,
     Gate,
     GateKind,
+    Hazard,
+    HazardKind,
     Report,
     Skip,
     Status,
@@ -263,7 +265,7 @@ def _verdict_property(verdict: Verdict) -> dict[str, Any]:
         "target": verdict.target.name,
         "verdict": verdict.kind.value,
         "missing": missing_features(verdict),
-        "hazards": list(verdict.hazards),
+        "hazards": [h.text for h in verdict.hazards],
     }
 
 
@@ -310,11 +312,19 @@ def _result(
     }
 
 
-def _hazard_key(hazards: tuple[str, ...], index: int) -> str:
+# A hazard's fingerprint category: stable across releases (these were the texts' opening words).
+_HAZARD_CATEGORY = {
+    HazardKind.SILENT_EXCLUSION: "silent exclusion",
+    HazardKind.SILENT_SOURCE: "silent exclusion inside the sources",
+    HazardKind.SHARED_MEMORY: "shared memory",
+}
+
+
+def _hazard_key(hazards: tuple[Hazard, ...], index: int) -> str:
     """``silent exclusion#0``: what the hazard is and its rank among those alike, never a line number."""
-    category = hazards[index].split(":", 1)[0]
-    rank = sum(1 for hazard in hazards[:index] if hazard.split(":", 1)[0] == category)
-    return f"{category}#{rank}"
+    kind = hazards[index].kind
+    rank = sum(1 for hazard in hazards[:index] if hazard.kind is kind)
+    return f"{_HAZARD_CATEGORY[kind]}#{rank}"
 
 
 def _hazard_results(
@@ -331,7 +341,7 @@ def _hazard_results(
             "ruleId": HAZARD_RULE.id,
             "ruleIndex": HAZARD_RULE_INDEX,
             "level": "warning",
-            "message": {"text": f"{prefix}: {_sentence(hazard)} Details: `{details}`."},
+            "message": {"text": f"{prefix}: {_sentence(hazard.text)} Details: `{details}`."},
             "locations": [_gate_location(gate)],
             "partialFingerprints": {
                 FINGERPRINT_KEY: gate.id,
@@ -345,7 +355,7 @@ def _hazard_results(
                 "target": target.spelling,
                 "arch": target.arch.name,
                 "verdict": verdict.kind.value,
-                "hazard": hazard,
+                "hazard": hazard.text,
             },
         }
         for index, hazard in enumerate(verdict.hazards)

@@ -23,6 +23,7 @@ from liftgate.model import (
     Report,
     Skip,
     Status,
+    TakenSide,
     Target,
     TraceSummary,
     UntracedQuery,
@@ -217,7 +218,11 @@ def trace_text(traced: GateTrace, probed: bool = True) -> str:
     if traced.outcomes:
         shown = ", ".join(f"{outcome} {count:,}" for outcome, count in traced.outcomes)
         head = f"ran {'≥' if traced.limited else ''}{traced.evaluations:,}×"
-        head += f", took the {traced.took} side ({shown})" if traced.took != "unknown" else f" ({shown})"
+        head += (
+            f", took the {traced.took.value} side ({shown})"
+            if traced.took is not TakenSide.UNKNOWN
+            else f" ({shown})"
+        )
     elif probed:
         head = (
             f"fed by {plural(traced.queried, 'capability query', 'capability queries')}, but its condition did "

@@ -27,10 +27,19 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from liftgate.arch.core import Arch
-from liftgate.model import Gate, GateTrace, Status, TracedFrame, TraceSummary, UntracedQuery
+from liftgate.model import (
+    Gate,
+    GateTrace,
+    Report,
+    Status,
+    TakenSide,
+    TracedFrame,
+    TraceSummary,
+    UntracedQuery,
+)
 from liftgate.trace.document import Frame, Query, Trace
 
 # APIs whose answer is the device's capability (as opposed to a name or an arch list)
@@ -132,7 +141,7 @@ class _FunctionSpans:
         return self._innermost(key, a) == self._innermost(key, b)
 
 
-def _read_took(gate: Gate, outcomes: Mapping[str, int]) -> str:
+def _read_took(gate: Gate, outcomes: Mapping[str, int]) -> TakenSide:
     admitted = excluded = 0
     guard = gate.then_span is None and gate.else_span is not None
     for outcome, count in outcomes.items():
@@ -146,18 +155,18 @@ def _read_took(gate: Gate, outcomes: Mapping[str, int]) -> str:
             elif gate.then_span is not None:
                 excluded += count
     if admitted and excluded:
-        return "mixed"
+        return TakenSide.MIXED
     if admitted:
-        return "admitted"
+        return TakenSide.ADMITTED
     if excluded:
-        return "excluded"
-    return "unknown"
+        return TakenSide.EXCLUDED
+    return TakenSide.UNKNOWN
 
 
 def _agreement(
-    gate: Gate, took: str, capabilities: tuple[tuple[int, int], ...], as_name: str | None
+    gate: Gate, took: TakenSide, capabilities: tuple[tuple[int, int], ...], as_name: str | None
 ) -> str | None:
-    if took not in ("admitted", "excluded") or len(capabilities) != 1:
+    if took not in (TakenSide.ADMITTED, TakenSide.EXCLUDED) or len(capabilities) != 1:
         return None
     cc = capabilities[0]
     arch = Arch(cc[0], cc[1])
@@ -165,14 +174,14 @@ def _agreement(
     who = f"{arch.major}.{arch.minor}" + (f" (--as {as_name})" if as_name else "")
     if expected is Status.UNKNOWN:
         return None
-    if (expected is Status.ADMITTED) == (took == "admitted"):
-        return f"agrees: the scan says {expected.value} for {who}, and the run took the {took} side"
+    if (expected is Status.ADMITTED) == (took is TakenSide.ADMITTED):
+        return f"agrees: the scan says {expected.value} for {who}, and the run took the {took.value} side"
     if expected is Status.ADMITTED and gate.depends_on:
         return (
             f"differs: the scan says admitted for {who}, the run took the excluded side; the condition also "
             f"depends on {'; '.join(d.removeprefix('assumed: ') for d in gate.depends_on[:3])}"
         )
-    return f"differs: the scan says {expected.value} for {who}, but the run took the {took} side"
+    return f"differs: the scan says {expected.value} for {who}, but the run took the {took.value} side"
 
 
 def _frame(frame: Frame, placed: tuple[str, str] | None) -> TracedFrame:
@@ -189,10 +198,19 @@ def _site(query: Query, placer: _Placer) -> tuple[TracedFrame, TracedFrame | Non
     return site, caller
 
 
+def map_trace(report: Report, trace: Trace) -> Report:
+    """``report`` with ``trace`` (a run's trace, `liftgate.trace.document.load_trace`) mapped onto its
+    gates (``scan --trace``). Needs the report's workspace (`liftgate.scan` sets it)."""
+    if report.workspace is None:
+        raise ValueError("the report has no workspace: a trace is placed on the scanned files")
+    return replace(report, trace=match_trace(trace, report.gates, report.workspace.as_mapping()))
+
+
 def match_trace(
     trace: Trace, gates: Iterable[Gate], files: Mapping[tuple[str, str | None], Mapping[str, str]]
 ) -> TraceSummary:
-    """The trace's queries and probes placed on ``gates`` (from a scan of ``files``)."""
+    """The trace's queries and probes placed on ``gates`` (from a scan of ``files``, package path ->
+    filesystem path per package: `liftgate.sources.workspace.Workspace.as_mapping`)."""
     gate_list = [g for g in gates if g.location.path.endswith(".py")]
     by_id = {g.id: g for g in gate_list}
     by_file: dict[tuple[str, str], list[Gate]] = {}
@@ -305,7 +323,7 @@ def match_trace(
     for gate_id in sorted(set(outcomes) | set(query_lines), key=lambda i: _gate_order(by_id[i])):
         gate = by_id[gate_id]
         tally = outcomes.get(gate_id, {})
-        took = _read_took(gate, tally) if tally else "unknown"
+        took = _read_took(gate, tally) if tally else TakenSide.UNKNOWN
         traced.append(
             GateTrace(
                 gate_id=gate_id,
