@@ -9,19 +9,32 @@ for the target (`liftgate.detect.binary`). Pure data (`Check`) first; the CLI re
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from liftgate.arch.core import Arch
+from liftgate.sources.environment import resolve_env
 
-OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
+
+class CheckVerdict(str, enum.Enum):
+    """A check's verdict; its value is what the text marks and the JSON ``verdict`` field carry."""
+
+    OK = "ok"
+    WARN = "warn"  # works, with a cost or a caveat (PTX JIT, no nvcc): never changes the exit status
+    FAIL = "fail"  # the exit status is 1
+    INFO = "info"  # a fact, no judgement
+
+    def __str__(self) -> str:
+        return self.value
+
+
 BUILD_ENV = (
     "TORCH_CUDA_ARCH_LIST",
     "FLASHINFER_CUDA_ARCH_LIST",
@@ -35,7 +48,7 @@ BUILD_ENV = (
 class Check:
     section: str
     item: str
-    verdict: str  # ok | warn | fail | info
+    verdict: CheckVerdict
     value: str
     hint: str = ""
 
@@ -134,16 +147,18 @@ def gpu_checks(target: Arch | None) -> tuple[list[Check], list[Arch]]:
         gpus = detect_local_gpus()
     except NoGpuError as exc:
         if target is not None:
-            checks.append(Check("GPU", "devices", INFO, f"none found; checking for {target.name} as asked"))
+            checks.append(
+                Check("GPU", "devices", CheckVerdict.INFO, f"none found; checking for {target.name} as asked")
+            )
         else:
-            checks.append(Check("GPU", "devices", WARN, "none found", str(exc)))
+            checks.append(Check("GPU", "devices", CheckVerdict.WARN, "none found", str(exc)))
         return checks, []
     for gpu in gpus:
         checks.append(
             Check(
                 "GPU",
                 f"GPU {gpu.index}",
-                OK,
+                CheckVerdict.OK,
                 f"{gpu.name}, compute capability {gpu.capability[0]}.{gpu.capability[1]} ({gpu.arch.name})",
                 gpu.note or "",
             )
@@ -155,10 +170,15 @@ def gpu_checks(target: Arch | None) -> tuple[list[Check], list[Arch]]:
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()
         driver = driver.decode() if isinstance(driver, bytes) else driver
         checks.append(
-            Check("GPU", "driver", OK, f"{driver}, supports CUDA up to {cuda // 1000}.{cuda % 1000 // 10}")
+            Check(
+                "GPU",
+                "driver",
+                CheckVerdict.OK,
+                f"{driver}, supports CUDA up to {cuda // 1000}.{cuda % 1000 // 10}",
+            )
         )
     except Exception as exc:  # an NVML without these calls: say so, never fail
-        checks.append(Check("GPU", "driver", INFO, f"n/a ({exc.__class__.__name__})"))
+        checks.append(Check("GPU", "driver", CheckVerdict.INFO, f"n/a ({exc.__class__.__name__})"))
     return checks, list(dict.fromkeys(g.arch for g in gpus))
 
 
@@ -171,7 +191,7 @@ def toolchain_checks(target: Arch | None) -> list[Check]:
             Check(
                 "toolchain",
                 "nvcc",
-                WARN,
+                CheckVerdict.WARN,
                 "not found",
                 "JIT builds (FlashInfer, torch extensions) need the CUDA toolkit: set CUDA_HOME or put nvcc on PATH",
             )
@@ -179,7 +199,7 @@ def toolchain_checks(target: Arch | None) -> list[Check]:
     text = _run([nvcc, "--version"]) or ""
     m = re.search(r"release (\d+)\.(\d+)", text)
     cuda = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-    checks = [Check("toolchain", "nvcc", OK, f"{nvcc} (CUDA {cuda[0]}.{cuda[1]})")]
+    checks = [Check("toolchain", "nvcc", CheckVerdict.OK, f"{nvcc} (CUDA {cuda[0]}.{cuda[1]})")]
     ptxas = os.path.join(os.path.dirname(nvcc), "ptxas")
     ptxas_text = _run([ptxas, "--version"]) if os.access(ptxas, os.X_OK) else None
     pm = re.search(r"release (\d+\.\d+)", ptxas_text or "")
@@ -187,19 +207,19 @@ def toolchain_checks(target: Arch | None) -> list[Check]:
         Check(
             "toolchain",
             "ptxas",
-            OK if pm else WARN,
+            CheckVerdict.OK if pm else CheckVerdict.WARN,
             f"{ptxas} ({pm.group(1)})" if pm else "not found beside nvcc",
         )
     )
     codes = (_run([nvcc, "--list-gpu-code"]) or "").split()
     targets = buildable(cuda, codes)
-    checks.append(Check("toolchain", "builds", INFO, ", ".join(targets) or "n/a",
+    checks.append(Check("toolchain", "builds", CheckVerdict.INFO, ", ".join(targets) or "n/a",
                         "CUDA 13 dropped sm_70/sm_72 and renamed sm_101 to sm_110; sm_120a needs CUDA 12.8, f targets 12.9"))  # fmt: skip
     if target is not None:
         name = f"sm_{target.number}{target.variant}"
         ok = name in targets
         checks.append(
-            Check("toolchain", f"builds {name}", OK if ok else FAIL, "yes" if ok else "no",
+            Check("toolchain", f"builds {name}", CheckVerdict.OK if ok else CheckVerdict.FAIL, "yes" if ok else "no",
                   "" if ok else f"install a CUDA toolkit that lists {name} (nvcc --list-gpu-code)")
         )  # fmt: skip
     return checks
@@ -221,24 +241,24 @@ def torch_checks(python: str) -> list[Check]:
             + (f": {_last_line(ran.stderr)}" if _last_line(ran.stderr) else "")
         )
         return [
-            Check("torch", "torch", WARN, f"could not be asked ({why})",
+            Check("torch", "torch", CheckVerdict.WARN, f"could not be asked ({why})",
                   f"run `{python} -c 'import torch'` to see what goes wrong")
         ]  # fmt: skip
     if not info.get("installed"):
-        return [Check("torch", "torch", INFO, "not installed")]
+        return [Check("torch", "torch", CheckVerdict.INFO, "not installed")]
     if info.get("error"):
         return [
-            Check("torch", "torch", WARN, f"installed, but importing it fails ({info['error']})",
+            Check("torch", "torch", CheckVerdict.WARN, f"installed, but importing it fails ({info['error']})",
                   f"run `{python} -c 'import torch'` to see the whole error")
         ]  # fmt: skip
     archs = [str(a) for a in info.get("archs") or []]
     cuda = info.get("cuda")
     return [
-        Check("torch", "torch", OK, f"{info.get('version')} (CUDA {cuda or 'none'})"),
+        Check("torch", "torch", CheckVerdict.OK, f"{info.get('version')} (CUDA {cuda or 'none'})"),
         Check(
             "torch",
             "arch list",
-            INFO if archs else WARN,
+            CheckVerdict.INFO if archs else CheckVerdict.WARN,
             " ".join(archs) or ("none (a CPU build)" if not cuda else "none reported"),
         ),
     ]
@@ -250,9 +270,9 @@ def env_checks(environ: dict[str, str]) -> list[Check]:
     names = list(BUILD_ENV)
     for spec in load_caches():
         names.extend(env for env, _path in spec.locations if env and env not in names)
-    return [Check("environment", name, INFO, environ[name]) for name in names if environ.get(name)] or [
-        Check("environment", "variables", INFO, "none of " + ", ".join(BUILD_ENV) + " is set")
-    ]
+    return [
+        Check("environment", name, CheckVerdict.INFO, environ[name]) for name in names if environ.get(name)
+    ] or [Check("environment", "variables", CheckVerdict.INFO, "none of " + ", ".join(BUILD_ENV) + " is set")]
 
 
 def _size(path: str, budget_s: float = 2.0) -> tuple[int, int, bool]:
@@ -284,11 +304,13 @@ def cache_checks(environ: dict[str, str]) -> list[Check]:
             Check(
                 "JIT caches",
                 spec.tool,
-                INFO,
+                CheckVerdict.INFO,
                 f"{root}: {size / 1e6:.1f} MB in {files} files" + ("" if complete else " (or more)"),
             )
         )
-    return out or [Check("JIT caches", "caches", INFO, "none of the known JIT caches exists here")]
+    return out or [
+        Check("JIT caches", "caches", CheckVerdict.INFO, "none of the known JIT caches exists here")
+    ]
 
 
 def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
@@ -319,7 +341,7 @@ def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
                 Check(
                     "kernels",
                     f"{pkg.name} {pkg.version or ''}".strip(),
-                    INFO,
+                    CheckVerdict.INFO,
                     f"{libs} files with CUDA kernels",
                     "pass --target to see their coverage",
                 )
@@ -328,7 +350,13 @@ def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
         for t in targets:
             counts = per_target[t.name]
             missing = counts.get("no-kernel-image", 0)
-            verdict = FAIL if missing else WARN if counts.get("ptx-jit") else OK
+            verdict = (
+                CheckVerdict.FAIL
+                if missing
+                else CheckVerdict.WARN
+                if counts.get("ptx-jit")
+                else CheckVerdict.OK
+            )
             value = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
             hint = ""
             if missing:
@@ -348,7 +376,7 @@ def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
                     hint,
                 )
             )
-    return out or [Check("kernels", "packages", INFO, "no installed package ships CUDA kernels")]
+    return out or [Check("kernels", "packages", CheckVerdict.INFO, "no installed package ships CUDA kernels")]
 
 
 def diagnose(target: Arch | None, env: str | None = None, environ: dict[str, str] | None = None,
@@ -357,26 +385,13 @@ def diagnose(target: Arch | None, env: str | None = None, environ: dict[str, str
     checks, local = gpu_checks(target)
     targets = [target] if target is not None else local
     checks += toolchain_checks(targets[0] if targets else None)
-    interpreter = python or (_env_python(env) if env else sys.executable)
+    interpreter = python or resolve_env(env).python
     checks += (
         torch_checks(interpreter)
         if interpreter
-        else [Check("torch", "torch", INFO, "no interpreter found in the environment")]
+        else [Check("torch", "torch", CheckVerdict.INFO, "no interpreter found in the environment")]
     )
     checks += env_checks(environ)
     checks += cache_checks(environ)
     checks += kernel_checks(env, targets)
     return [c for c in checks if sections(c.section)]
-
-
-def _env_python(env: str) -> str | None:
-    """The interpreter of the environment at ``env`` (a prefix, or one of its site-packages)."""
-    from liftgate.sources.environment import install_prefix
-
-    env = os.path.abspath(os.path.expanduser(env))
-    for prefix in dict.fromkeys((env, install_prefix(env))):
-        for name in ("bin/python", "bin/python3", "Scripts/python.exe"):
-            candidate = os.path.join(prefix, name)
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                return candidate
-    return None

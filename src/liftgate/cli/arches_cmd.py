@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from liftgate.cli.common import ExitCode, add_format_option, error
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -63,8 +65,7 @@ def configure_parser(subparsers: Any) -> None:
         epilog="Exit codes: 0 ok, 2 unknown architecture or usage error.",
     )
     p.add_argument("arch", nargs="?", metavar="ARCH", help="an architecture or product name")
-    formats = [f.value for f in ArchesFormat]
-    p.add_argument("-f", "--format", choices=formats, default="table", help="output format (default: table)")
+    add_format_option(p, ArchesFormat, help="output format (default: table)")
     p.set_defaults(run=run)
 
 
@@ -226,8 +227,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             resolution = resolve_arch(args.arch)
         except UnknownArchError as exc:
-            sys.stderr.write(f"liftgate: error: {exc}\n")
-            return 2
+            return error(str(exc))
         if resolution.note:
             sys.stderr.write(f"liftgate: note: {resolution.note}\n")
         cap = arch_data().capability(resolution.arch.cc)
@@ -240,4 +240,4 @@ def run(args: argparse.Namespace) -> int:
     # rich pads every cell to its column width; trailing blanks only make diffs noisy.
     sys.stdout.write(_TRAILING_BLANKS.sub(lambda m: "".join(_ANSI_CODE.findall(m.group(0))), out.getvalue()))
     sys.stdout.flush()
-    return 0
+    return ExitCode.OK

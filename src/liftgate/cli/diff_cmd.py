@@ -7,7 +7,21 @@ import json
 import sys
 from typing import Any
 
+from liftgate.cli.common import (
+    ExitCode,
+    TargetError,
+    add_cache_dir_option,
+    add_format_option,
+    add_offline_option,
+    add_sdist_option,
+    add_target_option,
+    choices,
+    error,
+    parse_targets,
+)
+from liftgate.diff import ChangeKind
 from liftgate.model import GateKind
+from liftgate.report.interface import OutputFormat
 
 
 def configure_parser(subparsers: Any) -> None:
@@ -29,69 +43,54 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument(
         "spec_b", metavar="SPEC_B", help="what to compare with the baseline (usually a newer release)"
     )
-    p.add_argument(
-        "-t",
-        "--target",
-        action="append",
-        default=[],
-        metavar="ARCH",
-        required=True,
-        help="target architecture, repeatable or comma-separated (sm_120, rtx5090, 12.0, …)",
+    add_target_option(
+        p, required=True, help="target architecture, repeatable or comma-separated (sm_120, rtx5090, 12.0, …)"
     )
     p.add_argument(
         "--kind",
         action="append",
-        choices=[k.value for k in GateKind],
+        choices=choices(GateKind),
         help="only gates of this kind (repeatable)",
     )
     p.add_argument("--all", action="store_true", help="also list unchanged gates")
-    p.add_argument("--fail-on", choices=("closed",), help="exit 1 if a gate closed for a target")
     p.add_argument(
-        "-f",
-        "--format",
-        choices=("table", "json", "markdown"),
-        default="table",
-        help="output format (default: table)",
+        "--fail-on", choices=[ChangeKind.CLOSED.value], help="exit 1 if a gate closed for a target"
     )
-    p.add_argument("--sdist", action="store_true", help="fetch source distributions for NAME==VERSION specs")
-    p.add_argument(
-        "--offline", action="store_true", help="never contact the package index; use the cache only"
-    )
-    p.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="cache directory (default: the user cache dir; $LIFTGATE_CACHE_DIR)",
-    )
+    add_format_option(p, OutputFormat, leave_out=(OutputFormat.SARIF,), help="output format (default: table)")
+    add_sdist_option(p)
+    add_offline_option(p)
+    add_cache_dir_option(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from liftgate.arch.parse import UnknownArchError, parse_target
     from liftgate.diff import diff
-    from liftgate.scanner import scan
+    from liftgate.scan import scan
     from liftgate.sources.interface import SourceError
 
     try:
-        targets = [parse_target(t) for spelling in args.target for t in spelling.split(",") if t.strip()]
+        targets = [t.arch for t in parse_targets(args.target)]
+    except TargetError as exc:
+        return error(str(exc))
+    try:
         kw = dict(cache_dir=args.cache_dir, offline=args.offline, sdist=args.sdist)
         before = scan([args.spec_a], targets, **kw)
         after = scan([args.spec_b], targets, **kw)
-    except (UnknownArchError, SourceError) as exc:
-        sys.stderr.write(f"liftgate: error: {exc}\n")
-        return 2
-    changes = [c for c in diff(before, after, targets) if args.all or c.change != "unchanged"]
+    except SourceError as exc:
+        return error(str(exc))
+    changes = [c for c in diff(before, after, targets) if args.all or c.change != ChangeKind.UNCHANGED]
     if args.kind:
         changes = [c for c in changes if c.gate.kind.value in args.kind]
     sys.stdout.write(render(changes, args.format, args.spec_a, args.spec_b))
-    closed = any(c.change == "closed" for c in changes)
-    return 1 if args.fail_on == "closed" and closed else 0
+    closed = any(c.change == ChangeKind.CLOSED for c in changes)
+    return ExitCode.FINDINGS if args.fail_on == ChangeKind.CLOSED and closed else ExitCode.OK
 
 
 def _row(c: Any) -> dict[str, Any]:
     a, b = c.before, c.after
     return {
         "target": c.target.name,
-        "change": c.change,
+        "change": c.change.value,
         "kind": c.gate.kind.value,
         "path": c.gate.location.path,
         "line_before": a.location.line if a else None,

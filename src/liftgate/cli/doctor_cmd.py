@@ -7,10 +7,21 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_MARK = {"ok": "✓", "warn": "!", "fail": "✗", "info": "·"}
-_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "info": "dim"}
+from liftgate.cli.common import (
+    ExitCode,
+    TargetError,
+    TextFormat,
+    add_env_option,
+    add_format_option,
+    add_target_option,
+    error,
+    parse_target,
+)
+
+if TYPE_CHECKING:
+    from liftgate.doctor import CheckVerdict
 
 
 def configure_parser(subparsers: Any) -> None:
@@ -29,57 +40,68 @@ def configure_parser(subparsers: Any) -> None:
             "an --env that is not an environment."
         ),
     )
-    p.add_argument(
-        "-t",
-        "--target",
-        metavar="ARCH",
+    add_target_option(
+        p,
+        repeatable=False,
         help="the architecture to check for (sm_120, 12.0, rtx5090, …; default: the local GPUs)",
     )
-    p.add_argument(
-        "--env",
-        metavar="PATH",
+    add_env_option(
+        p,
         help=(
             "check another environment (a virtualenv or prefix directory, e.g. ~/venvs/serve, or its "
             "site-packages): its torch and its packages' kernels (default: the one liftgate runs in)"
         ),
     )
-    p.add_argument(
-        "-f",
-        "--format",
-        choices=("text", "json"),
-        default="text",
+    add_format_option(
+        p,
+        TextFormat,
         help="text (default): one screen with a verdict and a hint per line; json: the checks as a document",
     )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from liftgate.arch.parse import UnknownArchError, parse_target
-    from liftgate.doctor import FAIL, diagnose
+    from liftgate.doctor import CheckVerdict, diagnose
     from liftgate.sources.environment import find_site_packages
     from liftgate.sources.interface import SourceError
 
     try:
         target = parse_target(args.target) if args.target else None
-    except UnknownArchError as exc:
-        sys.stderr.write(f"liftgate: error: {exc}\n")
-        return 2
+    except TargetError as exc:
+        return error(str(exc))
     try:
         if args.env:
             find_site_packages(args.env)  # a wrong --env fails now, not after the slow checks
         checks = diagnose(target, args.env)
     except SourceError as exc:
-        sys.stderr.write(f"liftgate: error: {exc}\n")
-        return 2
-    if args.format == "json":
+        return error(str(exc))
+    if TextFormat(args.format) is TextFormat.JSON:
         doc = [
-            {"section": c.section, "item": c.item, "verdict": c.verdict, "value": c.value, "hint": c.hint}
+            {
+                "section": c.section,
+                "item": c.item,
+                "verdict": CheckVerdict(c.verdict).value,
+                "value": c.value,
+                "hint": c.hint,
+            }
             for c in checks
         ]
         sys.stdout.write(json.dumps({"schema_version": 1, "checks": doc}, indent=2) + "\n")
     else:
         sys.stdout.write(render(checks, sys.stdout.isatty() and "NO_COLOR" not in os.environ))
-    return 1 if any(c.verdict == FAIL for c in checks) else 0
+    return ExitCode.FAILED if any(c.verdict == CheckVerdict.FAIL for c in checks) else ExitCode.OK
+
+
+def _marks() -> dict[CheckVerdict, tuple[str, str]]:
+    """Each verdict's mark in the text and its style."""
+    from liftgate.doctor import CheckVerdict
+
+    return {
+        CheckVerdict.OK: ("✓", "green"),
+        CheckVerdict.WARN: ("!", "yellow"),
+        CheckVerdict.FAIL: ("✗", "bold red"),
+        CheckVerdict.INFO: ("·", "dim"),
+    }
 
 
 def render(checks: list[Any], color: bool) -> str:
@@ -92,12 +114,14 @@ def render(checks: list[Any], color: bool) -> str:
     console = Console(
         file=out, force_terminal=color, no_color=not color, width=120, highlight=False, soft_wrap=True
     )
+    marks = _marks()
     section = None
     for c in checks:
         if c.section != section:
             section = c.section
             console.print(Text(section, style="bold"))
-        line = Text.assemble(("  " + _MARK[c.verdict] + " ", _STYLE[c.verdict]), f"{c.item}: ", c.value)
+        mark, style = marks[c.verdict]
+        line = Text.assemble(("  " + mark + " ", style), f"{c.item}: ", c.value)
         console.print(line)
         if c.hint:
             console.print(Text(f"      {c.hint}", style="dim"))

@@ -16,6 +16,21 @@ import os
 import sys
 from typing import Any
 
+from liftgate.cli.common import (
+    ExitCode,
+    TargetError,
+    TextFormat,
+    add_cache_dir_option,
+    add_env_option,
+    add_format_option,
+    add_offline_option,
+    add_sdist_option,
+    add_target_option,
+    error,
+    targets_or_local,
+)
+from liftgate.sources.workspace import Workspace, read_text
+
 MAX_REGION_LINES = 40
 
 
@@ -33,14 +48,12 @@ def configure_parser(subparsers: Any) -> None:
     )
     p.add_argument("gate_id", metavar="GATE_ID")
     p.add_argument("sources", nargs="*", metavar="SOURCE")
-    p.add_argument(
-        "-t", "--target", action="append", default=[], metavar="ARCH", help="target architecture, repeatable"
-    )
-    p.add_argument("--env", metavar="PATH", help="look in another environment (a virtualenv or prefix)")
-    p.add_argument("-f", "--format", choices=("text", "json"), default="text", help="output format")
-    p.add_argument("--sdist", action="store_true", help="fetch source distributions for NAME==VERSION specs")
-    p.add_argument("--offline", action="store_true", help="never contact the package index")
-    p.add_argument("--cache-dir", metavar="DIR", help="cache directory (default: the user cache dir)")
+    add_target_option(p, help="target architecture, repeatable")
+    add_env_option(p, help="look in another environment (a virtualenv or prefix)")
+    add_format_option(p, TextFormat, help="output format")
+    add_sdist_option(p)
+    add_offline_option(p, help="never contact the package index")
+    add_cache_dir_option(p, help="cache directory (default: the user cache dir)")
     p.add_argument(
         "--compile-check",
         action="store_true",
@@ -69,36 +82,18 @@ def configure_parser(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _error(message: str) -> int:
-    sys.stderr.write(f"liftgate: error: {message}\n")
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
-    from liftgate.arch.parse import UnknownArchError, parse_target
     from liftgate.cli.progress import make_observer
-    from liftgate.model import Target
-    from liftgate.scanner import scan
+    from liftgate.scan import scan
     from liftgate.sources.interface import SourceError
 
-    targets: list[Target] = []
     try:
-        for spelling in args.target:
-            for item in (s.strip() for s in spelling.split(",") if s.strip()):
-                targets.append(Target(item, parse_target(item)))
-    except UnknownArchError as exc:
-        return _error(str(exc))
-    if not targets:
-        from liftgate.arch.nvml import NoGpuError, detect_local_archs
-
-        try:
-            targets = [Target(f"local GPU ({a.name})", a) for a in detect_local_archs()]
-        except NoGpuError as exc:
-            return _error(str(exc))
+        targets = targets_or_local(args.target)
+    except TargetError as exc:
+        return error(str(exc))
     wanted = args.gate_id.strip()
     if len(wanted) < 4:
-        return _error(f"gate id {wanted!r} is too short: give at least 4 characters (e.g. cu-1a2b)")
-    files: dict[tuple[str, str | None], dict[str, str]] = {}
+        return error(f"gate id {wanted!r} is too short: give at least 4 characters (e.g. cu-1a2b)")
     observer = make_observer(quiet=not sys.stderr.isatty())
     try:
         report = scan(
@@ -109,24 +104,27 @@ def run(args: argparse.Namespace) -> int:
             offline=args.offline,
             sdist=args.sdist,
             observer=observer,
-            judge=lambda g: g.id.startswith(wanted),
-            files_out=files,
         )
+        from liftgate.judge.verdict import judge_scan
+
+        report = judge_scan(report, only=lambda g: g.id.startswith(wanted), observer=observer)
     except SourceError as exc:
-        return _error(str(exc))
+        return error(str(exc))
     finally:
         observer.finish()
     matches = [g for g in report.gates if g.id.startswith(wanted)]
     if not matches:
         where = ", ".join(args.sources) or "the environment"
-        return _error(
+        return error(
             f"no gate {wanted!r} in {where}: run `liftgate scan` on the same sources to list gate ids"
         )
     if len(matches) > 1:
         ids = ", ".join(g.id for g in matches[:8])
-        return _error(f"gate id {wanted!r} is ambiguous ({ids}): give more characters")
+        return error(f"gate id {wanted!r} is ambiguous ({ids}): give more characters")
     gate = matches[0]
-    package_files = files.get((gate.location.package, gate.location.version), {})
+    assert report.workspace is not None
+    files = report.workspace
+    package_files = dict(files.files(gate.location.package, gate.location.version))
     checks: list[Any] = []
     if args.compile_check:
         from liftgate.judge.compile_check import compile_check
@@ -143,29 +141,26 @@ def run(args: argparse.Namespace) -> int:
     doc = explanation(report, gate, package_files, checks)
     if args.chain:
         doc["chains"], chain_lines = _chains(report, gate, files)
-    if args.format == "json":
+    if TextFormat(args.format) is TextFormat.JSON:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_text(doc, color))
         if args.chain:
             sys.stdout.write(chain_lines)
-    return 0
+    return ExitCode.OK
 
 
-def _chains(
-    report: Any, gate: Any, files: dict[tuple[str, str | None], dict[str, str]]
-) -> tuple[list[Any], str]:
+def _chains(report: Any, gate: Any, files: Workspace) -> tuple[list[Any], str]:
     """The chains ``gate`` belongs to, judged for the report's targets: as JSON and as text."""
     from dataclasses import replace
 
     from liftgate.chain import chains_of_gate, judge_members
     from liftgate.report.chains import chain_text, chain_to_dict
-    from liftgate.scanner import _read_text_lenient
 
     archs = list(dict.fromkeys(t.arch for t in report.targets))
-    chains = chains_of_gate(gate.id, report.gates, archs, files, _read_text_lenient)
-    more = judge_members(chains, report.gates, archs, files, _read_text_lenient, report.verdicts)
+    chains = chains_of_gate(gate.id, report.gates, archs, files)
+    more = judge_members(chains, report.gates, archs, files, report.verdicts)
     report = replace(report, verdicts=(*report.verdicts, *more))
     text = [
         "",
@@ -183,14 +178,13 @@ def explanation(report: Any, gate: Any, package_files: dict[str, str], checks: l
     from liftgate.judge.region import FileStore, RegionAnalyzer
     from liftgate.model import GateKind
     from liftgate.report.json_format import gate_to_dict, verdict_to_dict
-    from liftgate.scanner import _read_text_lenient
 
     index = report.verdict_index()
     catalog = {f.id: f for f in load_catalog()}
     doc: dict[str, Any] = {"gate": gate_to_dict(gate, report, index), "targets": []}
     store = FileStore(
         list(package_files),
-        lambda p: _read_text_lenient(package_files[p]) if p in package_files else None,
+        lambda p: read_text(package_files[p]) if p in package_files else None,
     )
     info = store.file(gate.location.path)
     for n, target in enumerate(report.targets):
@@ -257,17 +251,15 @@ _LINES_CACHE: dict[str, list[str]] = {}
 
 def _source_line(files: dict[str, str], path: str, number: int) -> str:
     if path not in _LINES_CACHE:
-        from liftgate.scanner import _read_text_lenient
-
-        text = _read_text_lenient(files[path]) if path in files else None
+        text = read_text(files[path]) if path in files else None
         _LINES_CACHE[path] = (text or "").split("\n")
     lines = _LINES_CACHE[path]
     return lines[number - 1].rstrip() if 0 < number <= len(lines) else ""
 
 
 def _lift_preview(gate: Any, arch: Any, package_files: dict[str, str]) -> dict[str, str] | None:
-    """The directive a lift would write, from the file's own lines (`liftgate.lift.cuda_edit`)."""
-    from liftgate.lift.cuda_edit import EditError, lift_directive
+    """The directive a lift would write, from the file's own lines (`liftgate.edits.cuda`)."""
+    from liftgate.edits.cuda import EditError, lift_directive
 
     path = gate.location.path
     span = gate.location.span

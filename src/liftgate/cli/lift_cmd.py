@@ -12,17 +12,26 @@ import os
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
+from liftgate.cli.common import (
+    ExitCode,
+    TargetError,
+    TextFormat,
+    add_cache_dir_option,
+    add_env_option,
+    add_format_option,
+    add_target_option,
+    error,
+    target_or_local,
+)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--env", metavar="PATH", help="the environment to change (a virtualenv or prefix; default: this one)"
-    )
+def add_apply_options(p: argparse.ArgumentParser) -> None:
+    """The options ``lift`` and ``apply-patches`` share."""
+    add_env_option(p, help="the environment to change (a virtualenv or prefix; default: this one)")
     p.add_argument("--dry-run", action="store_true", help="show the plan and the diff; change nothing")
     p.add_argument("-y", "--yes", action="store_true", help="apply without asking")
-    p.add_argument("-f", "--format", choices=("text", "json"), default="text", help="how to print the plan")
-    p.add_argument("--cache-dir", metavar="DIR", help="liftgate's scan cache directory")
+    add_format_option(p, TextFormat, help="how to print the plan")
+    add_cache_dir_option(p, help="liftgate's scan cache directory")
 
 
 def configure_parser(subparsers: Any) -> None:
@@ -40,9 +49,7 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument(
         "gate_ids", nargs="*", metavar="GATE_ID", help="gate ids from `liftgate scan` (unique prefixes work)"
     )
-    p.add_argument(
-        "-t", "--target", metavar="ARCH", help="the architecture to admit (default: the local GPU)"
-    )
+    add_target_option(p, repeatable=False, help="the architecture to admit (default: the local GPU)")
     p.add_argument(
         "--all-liftable", action="store_true", help="every gate the judge finds liftable for the target"
     )
@@ -64,7 +71,7 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument(
         "--export", metavar="DIR", help="also write the patch series (one diff per package) to DIR"
     )
-    _common(p)
+    add_apply_options(p)
     p.set_defaults(run=run)
 
     a: argparse.ArgumentParser = subparsers.add_parser(
@@ -78,31 +85,11 @@ def configure_parser(subparsers: Any) -> None:
         epilog="Exit codes: 0 applied, 1 some gates refused or nothing to apply, 2 error.",
     )
     a.add_argument("directory", metavar="DIR")
-    _common(a)
+    add_apply_options(a)
     a.set_defaults(run=run_apply_patches)
 
 
-def _error(message: str) -> int:
-    sys.stderr.write(f"liftgate: error: {message}\n")
-    return EXIT_ERROR
-
-
-def _target(spelling: str | None) -> Any:
-    from liftgate.arch.parse import parse_target
-
-    if spelling:
-        return parse_target(spelling)
-    from liftgate.arch.nvml import detect_local_archs
-
-    archs = detect_local_archs()
-    if len({a.cc for a in archs}) > 1:
-        raise ValueError("GPUs of several capabilities are visible: pass --target")
-    return archs[0]
-
-
 def run(args: argparse.Namespace) -> int:
-    from liftgate.arch.nvml import NoGpuError
-    from liftgate.arch.parse import UnknownArchError
     from liftgate.cli.progress import make_observer
     from liftgate.lift.workflow import (
         LiftError,
@@ -116,13 +103,13 @@ def run(args: argparse.Namespace) -> int:
     from liftgate.sources.interface import SourceError
 
     if args.chain and (args.gate_ids or args.all_liftable):
-        return _error("--chain lifts one chain: give no other GATE_IDs and no --all-liftable")
+        return error("--chain lifts one chain: give no other GATE_IDs and no --all-liftable")
     if not args.gate_ids and not args.all_liftable and not args.chain:
-        return _error("name GATE_IDs (from `liftgate scan`), --chain GATE_ID, or pass --all-liftable")
+        return error("name GATE_IDs (from `liftgate scan`), --chain GATE_ID, or pass --all-liftable")
     try:
-        target = _target(args.target)
-    except (UnknownArchError, NoGpuError, ValueError) as exc:
-        return _error(str(exc))
+        target = target_or_local(args.target)
+    except TargetError as exc:
+        return error(str(exc))
     observer = make_observer(quiet=not sys.stderr.isatty())
     try:
         try:
@@ -141,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         ids, refused = choose_gates(es, target, wanted, args.all_liftable, args.force)
         plan = plan_env(es, target, ids, at=args.at, refused=refused)
     except (SourceError, PlanError, LiftError) as exc:
-        return _error(str(exc))
+        return error(str(exc))
     return _show_and_apply(plan, args)
 
 
@@ -157,7 +144,7 @@ def _lift_chain(es: Any, target: Any, args: argparse.Namespace) -> int:
     )
     if choice.refusal is not None:
         sys.stderr.write(f"liftgate: {choice.refusal}\n")
-        return EXIT_REFUSED
+        return ExitCode.REFUSED
     plan = plan_env(es, target, list(choice.gate_ids), at=args.at)
     if plan.skipped:
         for s in plan.skipped:
@@ -166,7 +153,7 @@ def _lift_chain(es: Any, target: Any, args: argparse.Namespace) -> int:
             f"liftgate: the chain of {choice.root} cannot be lifted as one ({len(plan.skipped)} of its gates "
             "cannot be edited); nothing applied: lifting part of a chain is how a data race gets in\n"
         )
-        return EXIT_REFUSED
+        return ExitCode.REFUSED
     return _show_and_apply(plan, args)
 
 
@@ -174,7 +161,7 @@ def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
     from liftgate.lift.journal import prefix_for
     from liftgate.lift.workflow import LiftError, apply_plan, export_series
 
-    if args.format == "json":
+    if TextFormat(args.format) is TextFormat.JSON:
         doc = plan.to_dict(with_content=True)
         doc["diff"] = plan.diff()
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -185,35 +172,39 @@ def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
         try:
             exported = export_series(plan, args.export)
         except LiftError as exc:
-            return _error(str(exc))
+            return error(str(exc))
         except OSError as exc:
-            return _error(f"cannot write {exc.filename or args.export}: {exc.strerror or exc}")
+            return error(f"cannot write {exc.filename or args.export}: {exc.strerror or exc}")
         for path in exported:
             sys.stderr.write(f"liftgate: wrote {path}\n")
     if not plan.files:
         sys.stderr.write("liftgate: nothing to lift\n")
-        return EXIT_REFUSED
+        return ExitCode.REFUSED
     if args.dry_run:
         sys.stderr.write(f"liftgate: dry run: {plan.lift_id} not applied\n")
-        return EXIT_OK
-    prefix = prefix_for(args.env)
+        return ExitCode.OK
+    try:
+        prefix = prefix_for(args.env)
+    except LiftError as exc:
+        return error(str(exc))
     if not args.yes:
         if not sys.stdin.isatty():
-            return _error("no terminal to confirm on: pass --yes to apply, or --dry-run to only look")
+            return error("no terminal to confirm on: pass --yes to apply, or --dry-run to only look")
         sys.stderr.write(f"Apply {plan.lift_id} to {prefix} ({len(plan.files)} files)? [y/N] ")
         sys.stderr.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             sys.stderr.write("liftgate: not applied\n")
-            return EXIT_REFUSED
+            return ExitCode.REFUSED
     try:
         doc = apply_plan(plan, args.env)
     except LiftError as exc:
-        return _error(str(exc))
+        return error(str(exc))
     except OSError as exc:
         env = f" --env {args.env}" if args.env else ""
-        return _error(
-            f"{getattr(exc, 'filename', '') or prefix}: {exc.strerror or exc}; `liftgate status{env}` shows what "
-            "each file holds now"
+        return error(
+            str(exc.strerror or exc),
+            path=getattr(exc, "filename", "") or prefix,
+            hint=f"`liftgate status{env}` shows what each file holds now",
         )
     for note in doc.get("recovery_notes", []):
         sys.stderr.write(f"liftgate: {note}\n")
@@ -228,7 +219,7 @@ def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
         f"liftgate: undo with `liftgate revert {plan.lift_id}"
         + (f" --env {args.env}`\n" if args.env else "`\n")
     )
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def render_plan(plan: Any) -> str:
@@ -264,10 +255,10 @@ def run_apply_patches(args: argparse.Namespace) -> int:
         for r in refused:
             sys.stderr.write(f"liftgate: refused {r.gate_id}: {r.reason}\n")
         if not found:
-            return _error("no gate of the series is in this environment: nothing to apply")
+            return error("no gate of the series is in this environment: nothing to apply")
         plan = plan_env(es, target, found, refused=refused)
     except (SourceError, PlanError, LiftError, UnknownArchError, KeyError) as exc:
-        return _error(str(exc))
+        return error(str(exc))
     args.export = None
     code = _show_and_apply(plan, args)
-    return EXIT_REFUSED if code == EXIT_OK and refused and not args.dry_run else code
+    return ExitCode.REFUSED if code == ExitCode.OK and refused and not args.dry_run else code

@@ -19,7 +19,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from liftgate import __version__
+from liftgate._version import __version__
 from liftgate.cli import (
     arches_cmd,
     diff_cmd,
@@ -31,10 +31,12 @@ from liftgate.cli import (
     trace_cmd,
     verify_cmd,
 )
+from liftgate.cli.common import ExitCode, error
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_ERROR = 2
+# The names this module has always had for them (see `ExitCode`).
+EXIT_OK = ExitCode.OK
+EXIT_FINDINGS = ExitCode.FINDINGS
+EXIT_ERROR = ExitCode.ERROR
 
 COMMANDS = (
     scan_cmd,
@@ -55,8 +57,7 @@ _INPUT_SHOWN = 160  # characters of the command line an internal-error line repe
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        sys.stderr.write(f"liftgate: error: {message}\n")
-        raise SystemExit(EXIT_ERROR)
+        raise SystemExit(int(error(message)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,7 +99,7 @@ def internal_error(command: str, argv: Sequence[str], exc: BaseException, *, deb
         f"liftgate: internal error in `{command}` on `{_describe_input(argv)}` ({what[:300]}): "
         f"this is a bug in liftgate, please report this with the command line{hint}\n"
     )
-    return EXIT_ERROR
+    return ExitCode.ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,14 +118,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command = command
     if args.command is None:
         parser.print_help(sys.stderr)
-        return EXIT_ERROR
+        return ExitCode.ERROR
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
         sys.stderr.write("liftgate: interrupted\n")
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        return EXIT_OK
+        return ExitCode.OK
     except Exception as exc:
         if os.environ.get("LIFTGATE_INTERNAL_ERRORS") == "raise":
             raise

@@ -8,12 +8,24 @@ import shutil
 import sys
 from typing import Any
 
+from liftgate.cli.common import (
+    ExitCode,
+    TargetError,
+    add_cache_dir_option,
+    add_env_option,
+    add_format_option,
+    add_offline_option,
+    add_sdist_option,
+    add_target_option,
+    choices,
+    error,
+    targets_or_local,
+)
 from liftgate.model import GateKind
+from liftgate.report.interface import GroupBy, OutputFormat, Show, VerdictFilter
 
-FORMATS = ("table", "json", "sarif", "markdown")
-SHOWS = ("excluded", "admitted", "all", "traced")
+# --fail-on: a status (excluded, unknown, any: either) or a verdict (blocked, liftable, hazard).
 FAIL_ON = ("excluded", "unknown", "any", "blocked", "liftable", "hazard")
-VERDICTS = ("liftable", "blocked", "unknown", "hazard")
 LONG_TABLE = 40  # rows: a longer table gets the summary line before it as well as after it
 FAIL_ON_SHOWN = 5  # gates the --fail-on line names
 
@@ -31,27 +43,20 @@ def configure_parser(subparsers: Any) -> None:
         epilog="Exit codes: 0 nothing matching --fail-on, 1 gates matching --fail-on, 2 usage or environment error.",
     )
     p.add_argument("sources", nargs="*", metavar="SOURCE")
-    p.add_argument(
-        "-t",
-        "--target",
-        action="append",
-        default=[],
-        metavar="ARCH",
-        help="target architecture, repeatable (sm_120, sm_120a, 12.0, rtx5090, …); default: the local GPU",
-    )
-    p.add_argument("--env", metavar="PATH", help="scan another environment (a virtualenv or prefix)")
-    p.add_argument("-f", "--format", choices=FORMATS, default="table", help="output format (default: table)")
+    add_target_option(p)
+    add_env_option(p, help="scan another environment (a virtualenv or prefix)")
+    add_format_option(p, OutputFormat, help="output format (default: table)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument(
         "--show",
-        choices=SHOWS,
-        default="excluded",
+        choices=choices(Show),
+        default=Show.EXCLUDED.value,
         help="which gates to list (default: those excluding a target; traced: those a --trace run evaluated)",
     )
     p.add_argument(
         "--by",
-        choices=("file", "chain"),
-        default="file",
+        choices=choices(GroupBy),
+        default=GroupBy.FILE.value,
         help=(
             "group gates by file (default), or by chain: for each feature, every gate that must be lifted "
             "together (Python gate → the JIT build filter it reaches → the CUDA gates in its sources), with "
@@ -69,13 +74,13 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument(
         "--kind",
         action="append",
-        choices=[k.value for k in GateKind],
+        choices=choices(GateKind),
         help="only gates of this kind (repeatable)",
     )
     p.add_argument(
         "--verdict",
         action="append",
-        choices=VERDICTS,
+        choices=choices(VerdictFilter),
         help=(
             "only gates judged liftable, blocked or unknown for a target, or carrying a hazard for one "
             "(repeatable; implies judging)"
@@ -120,17 +125,10 @@ def configure_parser(subparsers: Any) -> None:
     )
     p.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: CPU count)")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not update the scan cache")
-    p.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help="cache directory (default: the user cache dir; $LIFTGATE_CACHE_DIR)",
-    )
-    p.add_argument(
-        "--offline", action="store_true", help="never contact the package index; use the cache only"
-    )
-    p.add_argument(
-        "--sdist",
-        action="store_true",
+    add_cache_dir_option(p)
+    add_offline_option(p)
+    add_sdist_option(
+        p,
         help=(
             "fetch source distributions for NAME==VERSION specs: the C/C++/CUDA sources that wheels "
             "leave out; downloaded from the index without building"
@@ -146,53 +144,26 @@ def configure_parser(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _error(message: str) -> int:
-    sys.stderr.write(f"liftgate: error: {message}\n")
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
-    from liftgate.arch.core import Arch
-    from liftgate.arch.parse import UnknownArchError, parse_target
     from liftgate.cli.progress import make_observer
     from liftgate.model import Status, Target
-    from liftgate.report import (
-        GroupBy,
-        OutputFormat,
-        RenderOptions,
-        Show,
-        VerdictFilter,
-        render,
-        select_gates,
-        summary_line,
-    )
+    from liftgate.report import RenderOptions, render, select_gates, summary_line
     from liftgate.report.interface import printable
-    from liftgate.scanner import parse_cuda_version, scan
+    from liftgate.scan import parse_cuda_version, scan
     from liftgate.sources.interface import SourceError
 
-    targets: list[Target] = []
     try:
-        for spelling in args.target:
-            for item in (s for s in spelling.split(",") if s.strip()):
-                targets.append(Target(item.strip(), parse_target(item.strip())))
-    except UnknownArchError as exc:
-        return _error(str(exc))
-    if not targets:
-        from liftgate.arch.nvml import NoGpuError, detect_local_archs
-
-        try:
-            local: list[Arch] = detect_local_archs()
-        except NoGpuError as exc:
-            return _error(str(exc))
-        targets = [Target(f"local GPU ({a.name})", a) for a in local]
+        targets: list[Target] = targets_or_local(args.target)
+    except TargetError as exc:
+        return error(str(exc))
     cuda_version = None
     if args.cuda_version:
         try:
             cuda_version = parse_cuda_version(args.cuda_version)
         except ValueError as exc:
-            return _error(str(exc))
+            return error(str(exc))
     if args.jobs is not None and args.jobs < 1:
-        return _error("--jobs must be at least 1")
+        return error("--jobs must be at least 1")
     trace = None
     if args.trace:
         from liftgate.trace.document import TraceError, load_trace
@@ -200,9 +171,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             trace = load_trace(args.trace)
         except TraceError as exc:
-            return _error(str(exc))
+            return error(str(exc))
     elif args.show == "traced":
-        return _error("--show traced needs --trace FILE (write one with `liftgate trace -o FILE -- COMMAND`)")
+        return error("--show traced needs --trace FILE (write one with `liftgate trace -o FILE -- COMMAND`)")
     observer = make_observer(args.quiet)
     try:
         report = scan(
@@ -217,12 +188,22 @@ def run(args: argparse.Namespace) -> int:
             offline=args.offline,
             observer=observer,
             sdist=args.sdist,
-            judge=args.judge or bool(args.verdict) or args.fail_on in ("blocked", "liftable", "hazard"),
-            trace=trace,
-            chains=args.by == "chain",
         )
+        judge = args.judge or bool(args.verdict) or args.fail_on in ("blocked", "liftable", "hazard")
+        if judge and report.targets:
+            from liftgate.judge.verdict import judge_scan
+
+            report = judge_scan(report, observer=observer)
+        if args.by == "chain" and report.targets:
+            from liftgate.chain import find_chains
+
+            report = find_chains(report, judge=judge, observer=observer)
+        if trace is not None:
+            from liftgate.trace.match import map_trace
+
+            report = map_trace(report, trace)
     except SourceError as exc:
-        return _error(str(exc))
+        return error(str(exc))
     finally:
         observer.finish()
     fmt = OutputFormat(args.format)
@@ -250,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
             with open(args.output, "w", encoding="utf-8") as fh:
                 fh.write(text)
         except OSError as exc:
-            return _error(f"cannot write {args.output}: {exc.strerror or exc}")
+            return error(f"cannot write {args.output}: {exc.strerror or exc}")
     else:
         sys.stdout.write(text)
         if text and not text.endswith("\n"):
@@ -264,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         sys.stderr.write(summary + "\n")
     if not args.fail_on:
-        return 0
+        return ExitCode.OK
     if args.fail_on in ("blocked", "liftable", "hazard"):
         hit = {
             v.gate_id
@@ -280,10 +261,10 @@ def run(args: argparse.Namespace) -> int:
         }[args.fail_on]
         matched = [g for g in listed if any(g.status(t.arch) in wanted for t in report.targets)]
     if not matched:
-        return 0
+        return ExitCode.OK
     # Exit 1 says that something matched; this line says what (even with -q: it is the reason).
     shown = ", ".join(f"{g.id} {g.location.path}:{g.location.line}" for g in matched[:FAIL_ON_SHOWN])
     more = ", …" if len(matched) > FAIL_ON_SHOWN else ""
     count = f"{len(matched):,} {'gate matches' if len(matched) == 1 else 'gates match'}"
     sys.stderr.write(printable(f"--fail-on {args.fail_on}: {count} (first: {shown}{more})") + "\n")
-    return 1
+    return ExitCode.FINDINGS

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_DRIFT, EXIT_ERROR = 0, 1, 2
+from liftgate.cli.common import ExitCode, TextFormat, add_env_option, add_format_option, error
 
 
 def configure_parser(subparsers: Any) -> None:
@@ -23,10 +23,8 @@ def configure_parser(subparsers: Any) -> None:
             "be finished, or a file recovery kept as it was), 2 error (a journal that cannot be read)."
         ),
     )
-    s.add_argument(
-        "--env", metavar="PATH", help="the environment (a virtualenv or prefix; default: this one)"
-    )
-    s.add_argument("-f", "--format", choices=("text", "json"), default="text")
+    add_env_option(s)
+    add_format_option(s, TextFormat)
     s.add_argument("--all", action="store_true", help="also list reverted lifts")
     s.set_defaults(run=run_status)
 
@@ -42,18 +40,11 @@ def configure_parser(subparsers: Any) -> None:
     )
     r.add_argument("lift_id", nargs="?", metavar="LIFT_ID")
     r.add_argument("--all", action="store_true", help="revert every active lift, newest first")
-    r.add_argument(
-        "--env", metavar="PATH", help="the environment (a virtualenv or prefix; default: this one)"
-    )
+    add_env_option(r)
     r.add_argument(
         "--force", action="store_true", help="restore the backups even over files changed since the lift"
     )
     r.set_defaults(run=run_revert)
-
-
-def _error(message: str) -> int:
-    sys.stderr.write(f"liftgate: error: {message}\n")
-    return EXIT_ERROR
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -61,7 +52,10 @@ def run_status(args: argparse.Namespace) -> int:
 
     from liftgate.lift.journal import Journal, LiftError, journal_dir, prefix_for
 
-    prefix = prefix_for(args.env)
+    try:
+        prefix = prefix_for(args.env)
+    except LiftError as exc:
+        return error(str(exc))
     notes: list[str] = []
     warnings: list[str] = []
     if not os.path.isdir(journal_dir(prefix)):
@@ -72,7 +66,7 @@ def run_status(args: argparse.Namespace) -> int:
             with journal.locked():
                 lifts = journal.status()
         except LiftError as exc:
-            return _error(str(exc))
+            return error(str(exc))
         notes, warnings = journal.notes, journal.warnings
     for note in notes + warnings:
         sys.stderr.write(f"liftgate: {note}\n")
@@ -80,7 +74,7 @@ def run_status(args: argparse.Namespace) -> int:
     shown = [lift for lift in lifts if args.all or lift.state != "reverted"]
     unfinished = any(lift.state in ("applying", "reverting") for lift in shown)
     drift = any(lift.drifted for lift in shown if lift.state == "applied") or unfinished or bool(warnings)
-    if args.format == "json":
+    if TextFormat(args.format) is TextFormat.JSON:
         doc = {
             "prefix": prefix,
             "lifts": [
@@ -93,10 +87,10 @@ def run_status(args: argparse.Namespace) -> int:
             ],
         }  # fmt: skip
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return EXIT_DRIFT if drift else EXIT_OK
+        return ExitCode.DRIFT if drift else ExitCode.OK
     if not shown:
         sys.stdout.write(f"no active lifts in {prefix}\n")
-        return EXIT_DRIFT if warnings else EXIT_OK
+        return ExitCode.DRIFT if warnings else ExitCode.OK
     out = []
     for lift in shown:
         bad = lift.drifted
@@ -118,18 +112,18 @@ def run_status(args: argparse.Namespace) -> int:
                 f"{lift.lift_id} --force` restores the stock files and keeps the changed ones in the journal"
             )
     sys.stdout.write("\n".join(out) + "\n")
-    return EXIT_DRIFT if drift else EXIT_OK
+    return ExitCode.DRIFT if drift else ExitCode.OK
 
 
 def run_revert(args: argparse.Namespace) -> int:
     from liftgate.lift.workflow import LiftError, revert
 
     if bool(args.lift_id) == bool(args.all):
-        return _error("name one LIFT_ID or pass --all")
+        return error("name one LIFT_ID or pass --all")
     try:
         done, notes = revert(None if args.all else args.lift_id, args.env, force=args.force)
     except LiftError as exc:
-        return _error(str(exc))
+        return error(str(exc))
     for note in notes:
         sys.stderr.write(f"liftgate: {note}\n")
     if not done:
@@ -141,4 +135,4 @@ def run_revert(args: argparse.Namespace) -> int:
             f"liftgate: reverted {doc['lift_id']}: its {len(doc['files'])} files are as before (sha256 checked), "
             f"{aside} lifted-state cache entries moved aside, {back} stock entries put back\n"
         )
-    return EXIT_OK
+    return ExitCode.OK

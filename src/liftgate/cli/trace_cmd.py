@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_COMMAND_FAILED, EXIT_ERROR = 0, 1, 2
+from liftgate.cli.common import ExitCode, add_cache_dir_option, add_env_option, error
 
 
 def configure_parser(subparsers: Any) -> None:
@@ -51,10 +51,8 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument(
         "-o", "--output", metavar="FILE", default="liftgate-trace.json", help="the trace file to write"
     )
-    p.add_argument(
-        "--env",
-        metavar="PATH",
-        help="the environment the command's Python uses, whose gates are probed (default: this one)",
+    add_env_option(
+        p, help="the environment the command's Python uses, whose gates are probed (default: this one)"
     )
     p.add_argument(
         "--source",
@@ -82,17 +80,12 @@ def configure_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="interrupt the command after this long")
-    p.add_argument("--cache-dir", metavar="DIR", help="liftgate's scan cache directory")
+    add_cache_dir_option(p, help="liftgate's scan cache directory")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     p.set_defaults(run=run, command=[])  # main() hands over what follows "--"
     # The command comes after "--" and is cut off before argparse sees it: say so in the usage line.
     options = p.format_usage().strip().removeprefix("usage:").strip()
     p.usage = f"{options} -- COMMAND [ARGS…]".replace("%", "%%")
-
-
-def _error(message: str) -> int:
-    sys.stderr.write(f"liftgate: error: {message}\n")
-    return EXIT_ERROR
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,36 +94,36 @@ def run(args: argparse.Namespace) -> int:
 
     command = list(args.command or [])
     if not command:
-        return _error("no command to trace: liftgate trace [OPTIONS] -- COMMAND [ARGS…]")
+        return error("no command to trace: liftgate trace [OPTIONS] -- COMMAND [ARGS…]")
     as_arch = limits = None
     if args.as_arch:
         try:
             as_arch, limits = resolve_as(args.as_arch, args.as_name)
         except UnknownArchError as exc:
-            return _error(str(exc))
+            return error(str(exc))
     elif args.as_name:
-        return _error("--as-name needs --as ARCH")
+        return error("--as-name needs --as ARCH")
     if args.probe_limit < 1:
-        return _error("--probe-limit must be at least 1")
+        return error("--probe-limit must be at least 1")
     probes: list[dict[str, Any]] = []
     environment = (
         ", ".join(args.source) if args.source else (os.path.abspath(args.env) if args.env else sys.prefix)
     )
     if not args.no_probes:
         from liftgate.cli.progress import make_observer
-        from liftgate.scanner import scan
+        from liftgate.scan import scan
         from liftgate.sources.interface import SourceError
 
-        files: dict[tuple[str, str | None], dict[str, str]] = {}
         observer = make_observer(quiet=args.quiet or not sys.stderr.isatty())
         try:
-            report = scan(args.source, [], env=args.env, only_python=True, files_out=files,
+            report = scan(args.source, [], env=args.env, only_python=True,
                           cache_dir=args.cache_dir, observer=observer)  # fmt: skip
         except SourceError as exc:
-            return _error(f"{exc} (or pass --no-probes to record capability queries only)")
+            return error(f"{exc} (or pass --no-probes to record capability queries only)")
         finally:
             observer.finish()
-        probes = probes_for(report.gates, files)
+        assert report.workspace is not None
+        probes = probes_for(report.gates, report.workspace.as_mapping())
     result = run_traced(
         command,
         as_arch=as_arch,
@@ -143,17 +136,17 @@ def run(args: argparse.Namespace) -> int:
         probed_prefix=os.path.abspath(args.env) if args.env else (None if args.source else sys.prefix),
     )
     if result.error is not None:
-        return _error(result.error)
+        return error(result.error)
     trace = result.trace
     try:
         with open(args.output, "w", encoding="utf-8") as fh:
             json.dump(trace.to_dict(), fh, indent=2, ensure_ascii=False)
             fh.write("\n")
     except OSError as exc:
-        return _error(f"cannot write {args.output}: {exc.strerror or exc}")
+        return error(f"cannot write {args.output}: {exc.strerror or exc}")
     if not args.quiet:
         sys.stderr.write(summary(trace, args.output) + "\n")
-    return EXIT_OK if result.exit_code == 0 else EXIT_COMMAND_FAILED
+    return ExitCode.OK if result.exit_code == 0 else ExitCode.FAILED
 
 
 def summary(trace: Any, output: str) -> str:

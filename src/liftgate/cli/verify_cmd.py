@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_ERROR = 2
+from liftgate.cli.common import add_env_option, add_format_option, error
+from liftgate.report.interface import OutputFormat
 
 
 def configure_parser(subparsers: Any) -> None:
@@ -35,7 +36,7 @@ def configure_parser(subparsers: Any) -> None:
         metavar="FILE",
         help="a plan from `liftgate lift --dry-run --format json > FILE`: apply it first",
     )
-    p.add_argument("--env", metavar="PATH", help="the environment (default: this one)")
+    add_env_option(p, help="the environment (default: this one)")
     p.add_argument("--runs", type=int, default=3, metavar="N", help="measured runs per state (default 3)")
     p.add_argument(
         "--warmup", type=int, default=1, metavar="K", help="warm-up runs per state, not measured (default 1)"
@@ -82,7 +83,7 @@ def configure_parser(subparsers: Any) -> None:
         metavar="DIR",
         help="where run logs and output copies go (default ./liftgate-verify)",
     )
-    p.add_argument("-f", "--format", choices=("table", "json", "markdown"), default="table")
+    add_format_option(p, OutputFormat, leave_out=(OutputFormat.SARIF,))
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
     p.add_argument(
         "--plot",
@@ -91,11 +92,6 @@ def configure_parser(subparsers: Any) -> None:
     )
     p.add_argument("-v", "--verbose", action="store_true", help="every metric and telemetry field")
     p.set_defaults(run=run, command=[])  # main() hands over what follows "--"
-
-
-def _error(message: str) -> int:
-    sys.stderr.write(f"liftgate: error: {message}\n")
-    return EXIT_ERROR
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,26 +103,26 @@ def run(args: argparse.Namespace) -> int:
 
     command = list(args.command)
     if not command:
-        return _error("give the command to run after --, e.g. liftgate verify lg-1234 -- python bench.py")
+        return error("give the command to run after --, e.g. liftgate verify lg-1234 -- python bench.py")
     if bool(args.lift_id) == bool(args.plan):
-        return _error("name one LIFT_ID or pass --plan FILE")
+        return error("name one LIFT_ID or pass --plan FILE")
     if args.runs < 1 or args.warmup < 0:
-        return _error("--runs must be at least 1 and --warmup at least 0")
+        return error("--runs must be at least 1 and --warmup at least 0")
     try:
         specs = [MetricSpec.parse(m) for m in args.metric]
     except ValueError as exc:
-        return _error(str(exc))
-    journal = Journal(prefix_for(args.env))
+        return error(str(exc))
     mover = CacheMover(dict(os.environ))
     try:
+        journal = Journal(prefix_for(args.env))
         lift_id = args.lift_id or _apply_plan_file(args.plan, args.env)
         with journal.locked():
             active = [d for d in journal.active() if str(d["lift_id"]).startswith(lift_id)]
         if len(active) != 1:
-            return _error(f"no single active lift {lift_id!r} in {journal.prefix}: see `liftgate status`")
+            return error(f"no single active lift {lift_id!r} in {journal.prefix}: see `liftgate status`")
         lift_id = active[0]["lift_id"]
     except LiftError as exc:
-        return _error(str(exc))
+        return error(str(exc))
 
     def switch(state: str) -> None:
         with journal.locked():
@@ -144,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         outcome = verify(opts, switch, "lifted", progress=_progress)
     except (VerifyError, LiftError) as exc:
         _settle(journal, lift_id, mover, "lifted")
-        return _error(str(exc))
+        return error(str(exc))
     want = "lifted"
     if (args.revert_on == "fail" and outcome.verdict == "failure") or (
         args.revert_on == "regress" and outcome.verdict in ("failure", "regression")
@@ -153,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _settle(journal, lift_id, mover, want)
     except LiftError as exc:
-        return _error(f"the verdict is {outcome.verdict}, but switching to {want} failed: {exc}")
+        return error(f"the verdict is {outcome.verdict}, but switching to {want} failed: {exc}")
     outcome.final_state = (
         want if want == "lifted" else f"stock ({lift_id} reverted: --revert-on {args.revert_on})"
     )

@@ -30,6 +30,7 @@ import stat
 import sys
 import sysconfig
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
@@ -108,8 +109,44 @@ def _not_a_directory(path: str) -> str:
     )
 
 
-def find_site_packages(path: str) -> list[str]:
-    """The site-packages directories of a virtualenv, a prefix, or ``path`` itself when it is one."""
+@dataclass(frozen=True, slots=True)
+class EnvInfo:
+    """An environment as ``--env`` names it, resolved by one rule for every command.
+
+    ``path`` is what was given, made absolute (None: the running interpreter's environment);
+    ``prefix`` the directory that holds its ``bin/python`` and ``lib/python3.X/site-packages``
+    (`install_prefix`), where ``lift`` keeps its journal; ``python`` its interpreter (None when
+    it has none); ``site_packages`` its site-packages directories (empty when it has none).
+    """
+
+    path: str | None
+    prefix: str
+    python: str | None
+    site_packages: tuple[str, ...]
+
+
+_INTERPRETERS = ("bin/python", "bin/python3", "Scripts/python.exe")
+
+
+def _interpreter(prefix: str) -> str | None:
+    for name in _INTERPRETERS:
+        candidate = os.path.join(prefix, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def resolve_env(path: str | None) -> EnvInfo:
+    """What ``--env PATH`` means, for every command that takes it.
+
+    PATH is a virtualenv or a prefix (the directory that holds ``bin/python``), or one of its
+    site-packages directories (so named, or holding ``*.dist-info`` directories): each resolves
+    to the same prefix, interpreter and site-packages. A file (``.venv/bin/python``), a broken
+    link or a path that does not exist is a `SourceError` saying what to pass instead. None or
+    "" is the running interpreter's environment.
+    """
+    if not path:
+        return EnvInfo(None, sys.prefix, sys.executable or None, tuple(current_site_packages()))
     path = os.path.abspath(os.path.expanduser(path))
     if os.path.lexists(path) and not os.path.isdir(path):
         raise SourceError(_not_a_directory(path))
@@ -118,15 +155,25 @@ def find_site_packages(path: str) -> list[str]:
             f"no such environment: {path}; pass a virtualenv, a prefix or a site-packages directory"
         )
     if is_site_packages(path):
-        return [path]
-    found = _unique_dirs(
-        match for pattern in _SITE_DIR_PATTERNS for match in sorted(glob.glob(os.path.join(path, pattern)))
-    )
-    if not found:
-        raise SourceError(
-            f"no site-packages found in {path}; pass a virtualenv, a prefix or a site-packages directory"
+        sites = [path]
+    else:
+        sites = _unique_dirs(
+            match
+            for pattern in _SITE_DIR_PATTERNS
+            for match in sorted(glob.glob(os.path.join(path, pattern)))
         )
-    return found
+    prefix = install_prefix(path)
+    return EnvInfo(path, prefix, _interpreter(prefix), tuple(sites))
+
+
+def find_site_packages(path: str) -> list[str]:
+    """The site-packages directories of a virtualenv, a prefix, or ``path`` itself when it is one."""
+    env = resolve_env(path)
+    if not env.site_packages:
+        raise SourceError(
+            f"no site-packages found in {env.path}; pass a virtualenv, a prefix or a site-packages directory"
+        )
+    return list(env.site_packages)
 
 
 def current_site_packages() -> list[str]:

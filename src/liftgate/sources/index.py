@@ -56,7 +56,7 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from liftgate import __version__
+from liftgate._version import __version__
 from liftgate.sources.archive import archive_kind, filename_name_version
 from liftgate.sources.interface import NullObserver, Observer, SourceError
 
