@@ -24,7 +24,8 @@ import subprocess
 import sys
 import time
 
-from liftgate.scanner import scan
+from liftgate.judge.verdict import judge_scan
+from liftgate.scan import scan
 from liftgate.sources import resolve_sources
 
 DEFAULT_SPECS = ["flashinfer-python==0.7.2.post1", "sglang==0.5.23"]
@@ -81,9 +82,9 @@ def _timed_scan(
     judge: bool = False,
 ) -> tuple[float, int]:
     started = time.perf_counter()
-    report = scan(
-        [spec], [target], jobs=jobs, use_cache=use_cache, cache_dir=cache_dir, sdist=sdist, judge=judge
-    )
+    report = scan([spec], [target], jobs=jobs, use_cache=use_cache, cache_dir=cache_dir, sdist=sdist)
+    if judge:
+        report = judge_scan(report)
     return time.perf_counter() - started, len(report.verdicts) if judge else len(report.gates)
 
 

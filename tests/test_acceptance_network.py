@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from liftgate.arch.core import Arch, ArchSet
+from liftgate.judge.verdict import judge_scan
 from liftgate.model import Confidence, ElseKind, GateKind, Report, Status, VerdictKind
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 pytestmark = pytest.mark.network
 
@@ -311,10 +312,9 @@ JUDGED = (TRTLLM, COPY_SM100, GMMA, "flashinfer/jit/comm.py")
 
 @pytest.fixture(scope="module")
 def judged_062() -> Report:
-    return scan(
-        ["flashinfer-python==0.6.2"],
-        ["sm_120", "sm_120a", "sm_90", "sm_90a"],
-        judge=lambda g: g.location.path in JUDGED,
+    return judge_scan(
+        scan(["flashinfer-python==0.6.2"], ["sm_120", "sm_120a", "sm_90", "sm_90a"]),
+        only=lambda g: g.location.path in JUDGED,
     )
 
 
@@ -327,7 +327,7 @@ def test_062_allreduce_gates_liftable_with_silent_exclusion_hazard(judged_062: R
         assert v.kind is VerdictKind.LIFTABLE, (gate.location.line, v.reasons)
         assert "griddepcontrol" in {u.feature for u in v.uses}
         assert not v.missing
-        assert len(v.hazards) == 1 and v.hazards[0].startswith("silent exclusion: on sm_120"), v.hazards
+        assert len(v.hazards) == 1 and v.hazards[0].text.startswith("silent exclusion: on sm_120"), v.hazards
         assert (gate.id, SM["sm_90"]) not in index  # admitted: nothing to judge
 
 
@@ -384,9 +384,9 @@ def test_062_comm_jit_filter_liftable_for_sm120a_but_header_gates_remain(judged_
     assert trtllm_ids[0] in note
     # ...and building with only the filter lifted compiles the PDL waits out: the hazard says so.
     assert any(
-        h.startswith("silent exclusion inside the sources")
-        and TRTLLM in h
-        and any(i in h for i in trtllm_ids)
+        h.text.startswith("silent exclusion inside the sources")
+        and TRTLLM in h.text
+        and any(i in h.text for i in trtllm_ids)
         for h in arch_specific.hazards
     ), arch_specific.hazards
 

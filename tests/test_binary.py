@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from liftgate.arch.parse import parse_target
 from liftgate.detect.binary import FatbinError, coverage, parse_fatbin, read_kernel_images, summarize
 from liftgate.model import GateKind, Status
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = [pytest.mark.nvcc, pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")]

@@ -22,7 +22,7 @@ from conftest import fetch_release
 from liftgate.arch.core import Arch
 from liftgate.detect.binary import coverage, read_kernel_images
 from liftgate.model import GateKind
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 pytestmark = pytest.mark.network
 

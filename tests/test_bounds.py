@@ -26,7 +26,7 @@ from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
 from liftgate.detect.pybuild import detect_py_build
 from liftgate.detect.python import PythonAnalyzer
 from liftgate.model import Gate, GateKind, Report, Skip
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 T = TypeVar("T")
 
@@ -493,17 +493,17 @@ def test_compile_check_nvcc_reads_no_stdin(tmp_path: Path, monkeypatch: pytest.M
     assert seen and all(s is subprocess.DEVNULL for s in seen)
 
 
-# -- the scan cache (scanner.py) ---------------------------------------------------------------------
+# -- the scan cache (liftgate.scan, liftgate.detect.cfamily) -------------------------------------------
 
 
 def test_scan_cache_sees_an_in_place_edit_with_the_same_size_and_mtime(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from liftgate import scanner
+    from liftgate.sources import workspace
 
     # "Recently" is a few seconds in real use; ten minutes keeps this test independent of how
     # long the first scan takes on a loaded machine.
-    monkeypatch.setattr(scanner, "_RACY_MARGIN_NS", 600 * 10**9)
+    monkeypatch.setattr(workspace, "RACY_MARGIN_NS", 600 * 10**9)
     root = tmp_path / "pkg"
     root.mkdir()
     header = root / "k.cuh"
@@ -529,7 +529,7 @@ def test_scan_cache_sees_an_in_place_edit_with_the_same_size_and_mtime(
 def test_scan_cache_trusts_files_older_than_the_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from liftgate import scanner
+    from liftgate.detect import cfamily
 
     root = tmp_path / "pkg"
     root.mkdir()
@@ -540,24 +540,24 @@ def test_scan_cache_trusts_files_older_than_the_entry(
     cache = str(tmp_path / "cache")
     scan([str(root)], ["sm_80"], cuda_version=(13, 0), jobs=1, cache_dir=cache, offline=True)
     reads: list[str] = []
-    real = scanner._index_one
+    real = cfamily._index_one
 
-    def spy(path: str, fspath: str, max_size: int, package: str) -> scanner.IndexResult:
+    def spy(path: str, fspath: str, max_size: int, package: str) -> cfamily.IndexResult:
         reads.append(path)
         return real(path, fspath, max_size, package)
 
-    monkeypatch.setattr(scanner, "_index_one", spy)
+    monkeypatch.setattr(cfamily, "_index_one", spy)
     scan([str(root)], ["sm_80"], cuda_version=(13, 0), jobs=1, cache_dir=cache, offline=True)
     assert reads == []  # an old, unchanged file is not read again
 
 
-# -- the scanner's last-resort net ---------------------------------------------------------------------
+# -- the scan's last-resort net (liftgate.scan.run) ----------------------------------------------------
 
 
 def test_an_unexpected_exception_in_a_detector_is_a_skip_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from liftgate import scanner
+    from liftgate.detect import registry
 
     real_analyze = cuda.PackageAnalyzer.analyze
 
@@ -570,9 +570,11 @@ def test_an_unexpected_exception_in_a_detector_is_a_skip_naming_it(
         raise LookupError("cmake boom")
 
     monkeypatch.setattr(cuda.PackageAnalyzer, "analyze", analyze)
-    monkeypatch.setattr(scanner, "detect_cmake", bad_cmake)
+    monkeypatch.setattr(registry, "detect_cmake", bad_cmake)
     monkeypatch.setattr(PythonAnalyzer, "analyze", lambda self: (_ for _ in ()).throw(MemoryError()))
-    report = scan_tree(tmp_path, {"bad.cuh": GOOD_CUH, "CMakeLists.txt": CMAKE_GATE}, good=False)
+    # The runner calls a detector only with files it wants: a Python file, so the Python one runs.
+    tree = {"bad.cuh": GOOD_CUH, "CMakeLists.txt": CMAKE_GATE, "mod.py": GOOD_PY}
+    report = scan_tree(tmp_path, tree, good=False)
     reasons = {s.path: s.reason for s in report.skips}
     assert "ZeroDivisionError" in reasons["bad.cuh"]
     assert "LookupError" in reasons["CMakeLists.txt"]

@@ -20,9 +20,11 @@ from liftgate.arch.core import Arch
 from liftgate.chain import ChainContext, chains_of_gate, listed_chains, view
 from liftgate.chain.callgraph import CallGraph
 from liftgate.cli.main import main
+from liftgate.judge.verdict import judge_scan
 from liftgate.model import Gate, GateKind, Report, VerdictKind
 from liftgate.report.json_format import load_schema
-from liftgate.scanner import _read_text_lenient, scan
+from liftgate.scan import scan
+from liftgate.sources.workspace import Workspace
 
 FIXTURE = Path(__file__).parent / "fixtures" / "chain"
 SOURCES = [str(FIXTURE / "app"), str(FIXTURE / "kernlib")]
@@ -30,10 +32,10 @@ SM120, SM120A, SM90, SM80 = Arch(12, 0), Arch(12, 0, "a"), Arch(9, 0), Arch(8, 0
 
 
 @pytest.fixture(scope="module")
-def scanned() -> tuple[Report, dict[tuple[str, str | None], dict[str, str]]]:
-    files: dict[tuple[str, str | None], dict[str, str]] = {}
-    report = scan(SOURCES, ["sm_120", "sm_90"], judge=True, files_out=files)
-    return report, files
+def scanned() -> tuple[Report, Workspace]:
+    report = judge_scan(scan(SOURCES, ["sm_120", "sm_90"]))
+    assert report.workspace is not None
+    return report, report.workspace
 
 
 def _gate(report: Report, path: str, marker: str) -> Gate:
@@ -48,8 +50,8 @@ def _gate(report: Report, path: str, marker: str) -> Gate:
 
 
 def test_chain_of_the_guard_reaches_the_filter_and_the_one_cuda_gate(scanned) -> None:  # type: ignore[no-untyped-def]
-    report, files = scanned
-    ctx = ChainContext(report.gates, files, _read_text_lenient)
+    report, workspace = scanned
+    ctx = ChainContext(report.gates, workspace)
     guard = _gate(report, "app/fusion.py", "# root:")
     build = _gate(report, "kernlib/jit/comm.py", "# link: builds")
     pdl = _gate(report, "kernlib/data/include/kernlib/comm.cuh", "link: compiles out")
@@ -95,8 +97,8 @@ def test_chain_of_the_guard_reaches_the_filter_and_the_one_cuda_gate(scanned) ->
 
 
 def test_a_gate_that_leads_nowhere_is_a_chain_of_one_and_is_not_listed(scanned) -> None:  # type: ignore[no-untyped-def]
-    report, files = scanned
-    ctx = ChainContext(report.gates, files, _read_text_lenient)
+    report, workspace = scanned
+    ctx = ChainContext(report.gates, workspace)
     lonely = _gate(report, "app/fusion.py", "leads nowhere")
     assert ctx.chain(lonely.id).gate_ids == (lonely.id,)
     guard = _gate(report, "app/fusion.py", "# root:")
@@ -111,10 +113,10 @@ def test_a_gate_that_leads_nowhere_is_a_chain_of_one_and_is_not_listed(scanned) 
 
 
 def test_a_chain_blocked_by_its_weakest_link(scanned) -> None:  # type: ignore[no-untyped-def]
-    report, files = scanned
+    report, workspace = scanned
     guard = _gate(report, "app/fusion.py", "# root:")
-    (chain,) = chains_of_gate(guard.id, report.gates, [SM80], files, _read_text_lenient)
-    sm80 = scan(SOURCES, ["sm_80"], judge=True)
+    (chain,) = chains_of_gate(guard.id, report.gates, [SM80], workspace)
+    sm80 = judge_scan(scan(SOURCES, ["sm_80"]))
     seen = view(chain, {g.id: g for g in sm80.gates}, SM80, sm80.verdict_index())
     assert seen.verdict is VerdictKind.BLOCKED
     pdl = _gate(report, "kernlib/data/include/kernlib/comm.cuh", "link: compiles out")
@@ -232,7 +234,7 @@ def test_callgraph_resolution(tmp_path: Path) -> None:
         "def caller():\n    from pkg.sub.impl import Child\n\n    Child()\n    pkg.exported()\n    fast()\n    return unknown.step()\n"
     )
     files = {("pkg", "1"): {p.relative_to(tmp_path).as_posix(): str(p) for p in pkg.rglob("*.py")}}
-    graph = CallGraph(files, _read_text_lenient)
+    graph = CallGraph(Workspace.from_files(files))
     user = graph.module("pkg.user")
     assert user is not None
     caller = user.function_at(9)
@@ -267,9 +269,9 @@ def test_unparsable_and_deeply_nested_python_never_stops_a_chain(tmp_path: Path)
             "    broken.f()\n    deep.g(1)\n    latin1.h()\n",
         )
     )
-    files: dict[tuple[str, str | None], dict[str, str]] = {}
-    report = scan([str(app), str(FIXTURE / "kernlib")], ["sm_120"], files_out=files)
+    report = scan([str(app), str(FIXTURE / "kernlib")], ["sm_120"])
+    assert report.workspace is not None
     guard = _gate(report, "app/fusion.py", "# root:")
-    chain = ChainContext(report.gates, files, _read_text_lenient).chain(guard.id)
+    chain = ChainContext(report.gates, report.workspace).chain(guard.id)
     assert len(chain.links) == 5  # the same chain as without the three files
     assert any("could not be parsed" in note for note in chain.notes)

@@ -14,7 +14,7 @@ import pytest
 from liftgate.arch.core import Arch
 from liftgate.chain import ChainContext, judge_members, view
 from liftgate.model import Report, VerdictKind
-from liftgate.scanner import _read_text_lenient, scan
+from liftgate.scan import scan
 
 pytestmark = pytest.mark.network
 
@@ -27,14 +27,13 @@ SM120, SM120A = Arch(12, 0), Arch(12, 0, "a")
 
 
 def test_allreduce_fusion_chain_from_sglang_to_the_trtllm_allreduce_gates() -> None:
-    files: dict[tuple[str, str | None], dict[str, str]] = {}
-    report: Report = scan(
-        ["sglang==0.5.23", "flashinfer-python==0.6.2"], ["sm_120", "sm_120a"], files_out=files
-    )
+    report: Report = scan(["sglang==0.5.23", "flashinfer-python==0.6.2"], ["sm_120", "sm_120a"])
+    workspace = report.workspace
+    assert workspace is not None
     (guard,) = [g for g in report.gates if g.location.path == SGLANG_PY and g.location.line == 48]
     (build,) = [g for g in report.gates if g.location.path == COMM_PY and g.location.line == 61]
     header = {g.location.line: g for g in report.gates if g.location.path == HEADER}
-    chain = ChainContext(report.gates, files, _read_text_lenient).chain(guard.id)
+    chain = ChainContext(report.gates, workspace).chain(guard.id)
 
     links = {link.gate_id: link for link in chain.links}
     assert links[build.id].relation == "builds"
@@ -48,7 +47,7 @@ def test_allreduce_fusion_chain_from_sglang_to_the_trtllm_allreduce_gates() -> N
         assert link.via == (f"builds {SOURCE}", f"which includes {HEADER}")
 
     archs = [SM120, SM120A]
-    verdicts = judge_members([chain], report.gates, archs, files, _read_text_lenient)
+    verdicts = judge_members([chain], report.gates, archs, workspace)
     index = {(v.gate_id, v.target): v for v in verdicts}
     gates = {g.id: g for g in report.gates}
     wanted = {guard.id, build.id, *(header[line].id for line in HEADER_LINES)}
@@ -57,7 +56,7 @@ def test_allreduce_fusion_chain_from_sglang_to_the_trtllm_allreduce_gates() -> N
     assert for_120.verdict is VerdictKind.BLOCKED
     assert for_120.weakest == (build.id,) and "sm_120 lacks cvt-fp4" in for_120.reasons[0]
     # The filter lifted alone compiles the PDL calls out: lifting the chain as one covers that hazard.
-    assert any(h.startswith("silent exclusion inside the sources") for h in for_120.covered)
+    assert any(h.text.startswith("silent exclusion inside the sources") for h in for_120.covered)
     assert not for_120.hazards
     for_120a = view(chain, gates, SM120A, index)
     assert set(for_120a.required) == wanted

@@ -17,7 +17,7 @@ from liftgate.arch.parse import parse_target
 from liftgate.cli.main import main
 from liftgate.judge.compile_check import CheckStatus, compile_check, find_nvcc
 from liftgate.model import Gate, VerdictKind
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 pytestmark = [
     pytest.mark.nvcc,
@@ -91,11 +91,11 @@ def package(
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    out: dict[tuple[str | None, str | None], dict[str, str]] = {}
-    report = scan([str(root)], ["sm_120"], use_cache=False, files_out=out)  # type: ignore[arg-type]
-    (package_files,) = out.values()
+    report = scan([str(root)], ["sm_120"], use_cache=False)
+    assert report.workspace is not None
+    (package_files,) = report.workspace.as_mapping().values()
     gates = {(g.location.path, g.location.line): g for g in report.gates}
-    return root, package_files, gates
+    return root, dict(package_files), gates
 
 
 def check(
@@ -195,9 +195,9 @@ def test_a_driver_unit_instantiates_header_only_code(tmp_path: Path) -> None:
     )
     driver = tmp_path / "driver.cu"
     driver.write_text("#include <hdr/ops.cuh>\n__global__ void k(float2* o) { mul2(o[0], o[1], o[2]); }\n")
-    out: dict[tuple[str | None, str | None], dict[str, str]] = {}
-    report = scan([str(root)], ["sm_90"], use_cache=False, files_out=out)  # type: ignore[arg-type]
-    (files,) = out.values()
+    report = scan([str(root)], ["sm_90"], use_cache=False)
+    assert report.workspace is not None
+    (files,) = report.workspace.as_mapping().values()
     (gate,) = report.gates
     alone = compile_check(gate, parse_target("sm_90"), files, expect=["f32x2"])
     assert alone.status is CheckStatus.NOT_EMITTED  # the header on its own instantiates nothing

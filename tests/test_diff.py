@@ -12,7 +12,7 @@ import pytest
 from liftgate.arch.parse import parse_target
 from liftgate.cli.main import main
 from liftgate.diff import diff
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 OLD = """\
 #pragma once

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from liftgate.cli.main import main
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "judge" / "minijudge")
 

@@ -181,7 +181,7 @@ def test_this_repository_installed_editable_lists_no_tests() -> None:
     if not mine or not any(f.path.endswith(".pth") for f in mine[0].files):
         pytest.skip("liftgate is not installed editable here")
     paths = {f.path for f in mine[0].files}
-    assert any(p.endswith("liftgate/scanner.py") for p in paths)
+    assert any(p.endswith("liftgate/scan/run.py") for p in paths)
     assert not any(p.startswith("tests/") or "/fixtures/" in p for p in paths)
 
 

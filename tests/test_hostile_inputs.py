@@ -38,7 +38,7 @@ from hostile_files import (
 from liftgate.detect.binary import FatbinError, read_kernel_images, summarize
 from liftgate.model import GateKind, Report, Skip
 from liftgate.report import OutputFormat, RenderOptions, Show, render
-from liftgate.scanner import scan
+from liftgate.scan import scan
 from liftgate.sources import SourceError, resolve_sources
 from liftgate.sources import archive as archive_module
 from liftgate.sources.archive import open_archive

@@ -210,7 +210,7 @@ def flashinfer_pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
             and path not in seen
         ):
             seen[path] = g.id
-    plan = plan_lift(es.report, list(seen.values()), TARGET, es.files)
+    plan = plan_lift(es.report, list(seen.values()), TARGET, es.workspace)
     files = plan.files[:13]
     assert len(files) == 13, [f.path for f in plan.files]
     ids = {i for f in files for i in f.gate_ids}
@@ -544,7 +544,7 @@ def test_a_link_to_outside_the_environment_is_not_lifted(fake_env, tmp_path: Pat
     gate = next(g for g in es.report.gates if g.location.path == "minijudge/ops.py")
     from liftgate.lift.plan import plan_lift
 
-    plan = plan_lift(es.report, [gate.id], TARGET, es.files)
+    plan = plan_lift(es.report, [gate.id], TARGET, es.workspace)
     assert plan.files and plan.files[0].fspath == str(link)
     with pytest.raises(LiftError, match="outside the environment"):
         apply_plan(plan, str(prefix), environ={})

@@ -23,8 +23,9 @@ from liftgate.arch.parse import parse_target
 from liftgate.detect.cuda import IncludeIndex
 from liftgate.judge.catalog import load_catalog, match_evidence
 from liftgate.judge.region import _constant, _FileInfo, is_portable
+from liftgate.judge.verdict import judge_scan
 from liftgate.model import Report, Verdict, VerdictKind
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 FIXTURE = Path(__file__).parent / "fixtures" / "judge" / "minijudge"
 TARGETS = ("sm_120", "sm_120a", "sm_90", "sm_90a")
@@ -32,7 +33,7 @@ TARGETS = ("sm_120", "sm_120a", "sm_90", "sm_90a")
 
 @cache
 def report() -> Report:
-    return scan([str(FIXTURE)], list(TARGETS), judge=True, use_cache=False)
+    return judge_scan(scan([str(FIXTURE)], list(TARGETS), use_cache=False))
 
 
 def verdict(path: str, line: int, target: str) -> Verdict | None:
@@ -46,8 +47,8 @@ def test_pdl_exclusion_is_liftable_with_silent_exclusion_hazard() -> None:
     v = verdict("include/minijudge/pdl.cuh", 5, "sm_120")
     assert v is not None and v.kind is VerdictKind.LIFTABLE
     assert [u.feature for u in v.uses] == ["griddepcontrol"]
-    assert len(v.hazards) == 1 and v.hazards[0].startswith("silent exclusion: on sm_120")
-    assert "pdl.cuh:6" in v.hazards[0]
+    assert len(v.hazards) == 1 and v.hazards[0].text.startswith("silent exclusion: on sm_120")
+    assert "pdl.cuh:6" in v.hazards[0].text
     # The same PDL code with a fallback in its else branch is liftable, but no silent exclusion.
     w = verdict("include/minijudge/pdl.cuh", 11, "sm_120")
     assert w is not None and w.kind is VerdictKind.LIFTABLE and w.hazards == ()
@@ -109,7 +110,7 @@ def test_call_into_nothing_the_package_defines_is_unknown_and_named() -> None:
 def test_host_dispatch_with_more_shared_memory_than_the_target_has() -> None:
     v = verdict("csrc/kernels.cu", 46, "sm_120")
     assert v is not None and v.kind is VerdictKind.LIFTABLE
-    assert v.hazards == (
+    assert tuple(h.text for h in v.hazards) == (
         "shared memory: cudaFuncSetAttribute(big_tile, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024); "
         "at csrc/kernels.cu:47 asks for 204,800 bytes per block; sm_120 allows 101,376",
     )
@@ -206,7 +207,7 @@ def test_jit_filter_judged_by_its_sources_and_the_gates_inside_them() -> None:
     assert pdl is not None and pdl.kind is VerdictKind.LIFTABLE
     assert pdl.scope.endswith("csrc/pdl_kernels.cu")
     # Lifting the filter alone builds pdl_kernels.cu with the PDL wait compiled out: the real case.
-    (hazard,) = pdl.hazards
+    (hazard,) = (h.text for h in pdl.hazards)
     assert hazard.startswith(
         "silent exclusion inside the sources: built for sm_120 with only this gate lifted"
     )
@@ -215,7 +216,7 @@ def test_jit_filter_judged_by_its_sources_and_the_gates_inside_them() -> None:
     tmem = verdict("minijudge/jit.py", 16, "sm_120a")
     assert tmem is not None and tmem.kind is VerdictKind.BLOCKED
     assert {u.feature for u in tmem.missing} == {"tcgen05-ld-st"}
-    assert any(h.startswith("shared memory: cudaFuncSetAttribute(big_tile") for h in tmem.hazards)
+    assert any(h.text.startswith("shared memory: cudaFuncSetAttribute(big_tile") for h in tmem.hazards)
 
 
 def test_python_dispatch_reaches_the_jit_module_and_its_build_gate() -> None:

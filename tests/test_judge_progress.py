@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from liftgate.arch.parse import parse_arch
-from liftgate.judge.verdict import judge_report
-from liftgate.scanner import _read_text_lenient, scan
+from liftgate.judge.verdict import judge_report, judge_scan
+from liftgate.scan import scan
 
 FIXTURE = Path(__file__).parent / "fixtures" / "judge" / "minijudge"
 TARGETS = ["sm_120", "sm_120a", "sm_90", "sm_90a"]
@@ -33,21 +33,19 @@ class Recorder:
 
 
 def test_judge_report_counts_its_pairs(tmp_path: Path) -> None:
-    files: dict[tuple[str, str | None], dict[str, str]] = {}
     report = scan(
         [str(FIXTURE)],
         TARGETS,
         use_cache=False,
         cache_dir=str(tmp_path),
         cuda_version=(13, 0),
-        files_out=files,
     )
+    assert report.workspace is not None
     recorder = Recorder()
     verdicts = judge_report(
         report.gates,
         [parse_arch(t) for t in TARGETS],
-        [(name, version, paths) for (name, version), paths in files.items()],
-        _read_text_lenient,
+        report.workspace,
         observer=recorder,
     )
     assert len(verdicts) > 1
@@ -59,21 +57,22 @@ def test_judge_report_counts_its_pairs(tmp_path: Path) -> None:
     plain = judge_report(
         report.gates,
         [parse_arch(t) for t in TARGETS],
-        [(name, version, paths) for (name, version), paths in files.items()],
-        _read_text_lenient,
+        report.workspace,
     )
     assert plain == verdicts
 
 
 def test_scan_judge_phase_has_a_total(tmp_path: Path) -> None:
     recorder = Recorder()
-    report = scan(
-        [str(FIXTURE)],
-        TARGETS,
-        judge=True,
-        use_cache=False,
-        cache_dir=str(tmp_path),
-        cuda_version=(13, 0),
+    report = judge_scan(
+        scan(
+            [str(FIXTURE)],
+            TARGETS,
+            use_cache=False,
+            cache_dir=str(tmp_path),
+            cuda_version=(13, 0),
+            observer=recorder,
+        ),
         observer=recorder,
     )
     n = len(report.verdicts)

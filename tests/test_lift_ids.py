@@ -23,6 +23,8 @@ from liftgate.judge import verdict as verdict_mod
 from liftgate.lift.plan import PlanError
 from liftgate.lift.workflow import EnvScan, scan_env
 from liftgate.model import Gate, Status, Verdict
+from liftgate.sources.interface import Observer
+from liftgate.sources.workspace import Workspace
 
 MINIJUDGE = Path(__file__).parent / "fixtures" / "judge" / "minijudge"
 CHAIN = Path(__file__).parent / "fixtures" / "chain"
@@ -48,11 +50,11 @@ def judged(monkeypatch: pytest.MonkeyPatch) -> Judged:
     def counting(
         gates: Iterable[Gate],
         targets: Sequence[Arch],
-        packages: Iterable[tuple[str, str | None, dict[str, str]]],
-        read: Callable[[str], str | None],
+        workspace: Workspace,
         only: Callable[[Gate], bool] | None = None,
+        observer: Observer | None = None,
     ) -> list[Verdict]:
-        out = real(gates, targets, packages, read, only=only)
+        out = real(gates, targets, workspace, only=only, observer=observer)
         record.calls.append([v.gate_id for v in out])
         return out
 

@@ -363,7 +363,7 @@ def test_cli_refuses_a_blocked_gate_unless_forced(env, capsys) -> None:  # type:
 
 
 def test_the_same_files_in_another_package_are_not_taken_from_the_cache(env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from liftgate.scanner import scan
+    from liftgate.scan import scan
 
     prefix, _site = env
     cache = str(tmp_path / "cache")

@@ -14,19 +14,20 @@ import pytest
 
 from liftgate.arch.core import Arch
 from liftgate.arch.parse import parse_target
-from liftgate.lift.cuda_edit import EditError, lift_directive
+from liftgate.edits.cuda import EditError, lift_directive
 from liftgate.lift.plan import PatchPlan, PlanError, exact_archs, plan_lift
 from liftgate.model import Report
-from liftgate.scanner import scan
+from liftgate.scan import scan
+from liftgate.sources.workspace import Workspace
 
 T120 = "(defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 1200)"
 T120A = "(defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 1200 && defined(__CUDA_ARCH_FEAT_SM120_ALL))"
 
 
-def _scan(root: Path, target: str) -> tuple[Report, dict[tuple[str, str | None], dict[str, str]]]:
-    files: dict[tuple[str, str | None], dict[str, str]] = {}
-    report = scan([str(root)], [target], use_cache=False, files_out=files)
-    return report, files
+def _scan(root: Path, target: str) -> tuple[Report, Workspace]:
+    report = scan([str(root)], [target], use_cache=False)
+    assert report.workspace is not None
+    return report, report.workspace
 
 
 def lift_one(
@@ -272,23 +273,23 @@ def test_unknown_and_ambiguous_ids_are_plan_errors(tmp_path: Path) -> None:
     root = tmp_path / "pkg"
     root.mkdir()
     (root / "k.cuh").write_text(HEADER)
-    report, files = _scan(root, "sm_120")
+    report, workspace = _scan(root, "sm_120")
     with pytest.raises(PlanError, match="no gate 'cu-zzzz'"):
-        plan_lift(report, ["cu-zzzz"], Arch(12, 0), files)
+        plan_lift(report, ["cu-zzzz"], Arch(12, 0), workspace)
     with pytest.raises(PlanError, match="ambiguous"):
-        plan_lift(report, ["cu-"], Arch(12, 0), files)
+        plan_lift(report, ["cu-"], Arch(12, 0), workspace)
     with pytest.raises(PlanError, match="--at"):
-        plan_lift(report, [report.gates[0].id], Arch(12, 0), files, at="everywhere")
+        plan_lift(report, [report.gates[0].id], Arch(12, 0), workspace, at="everywhere")
 
 
 def test_a_gate_admitting_the_target_is_skipped_and_the_plan_is_deterministic(tmp_path: Path) -> None:
     root = tmp_path / "pkg"
     root.mkdir()
     (root / "k.cuh").write_text(HEADER)
-    report, files = _scan(root, "sm_120")
+    report, workspace = _scan(root, "sm_120")
     ids = [g.id for g in report.gates]
-    one = plan_lift(report, ids, Arch(12, 0), files)
-    two = plan_lift(report, ids, Arch(12, 0), files)
+    one = plan_lift(report, ids, Arch(12, 0), workspace)
+    two = plan_lift(report, ids, Arch(12, 0), workspace)
     assert one.lift_id == two.lift_id and one.diff() == two.diff()
     assert any(s.reason == "already admits sm_120" for s in one.skipped)
     assert one.diff().startswith("--- a/k.cuh\n+++ b/k.cuh\n")

@@ -21,6 +21,8 @@ from liftgate.cli.progress import PlainObserver, eta_text, progress_text
 from liftgate.model import (
     Gate,
     GateKind,
+    Hazard,
+    HazardKind,
     Report,
     Span,
     Target,
@@ -96,7 +98,11 @@ def _verdicts_for(gates: tuple[Gate, ...], targets: tuple[Target, ...]) -> tuple
             if gate.status(target.arch).value == "admitted":
                 continue
             kind = VerdictKind.LIFTABLE if index % 50 == 0 else VerdictKind.BLOCKED
-            hazards = ("silent exclusion: a wait compiled out",) if index % 100 == 0 else ()
+            hazards = (
+                (Hazard(HazardKind.SILENT_EXCLUSION, "silent exclusion: a wait compiled out"),)
+                if index % 100 == 0
+                else ()
+            )
             verdicts.append(Verdict(gate.id, target.arch, kind, ("reason",), hazards=hazards))
     return tuple(verdicts)
 

@@ -1,6 +1,6 @@
 """Tests for verdicts in the report stage: the table, Markdown, SARIF and the summary line.
 
-The fixture is test_report's hand-built report with verdicts added, as ``scan(..., judge=True)``
+The fixture is test_report's hand-built report with verdicts added, as ``judge_scan(scan(...))``
 would: the sm_90a MMA gate is blocked for sm_120 (wgmma twice, setmaxnreg once) and for sm_90
 (wgmma), the allreduce gate is liftable for sm_120 with a silent-exclusion hazard, and the
 DeepGEMM gate is unknown for sm_90. The report without verdicts must render exactly as the
@@ -19,7 +19,7 @@ import pytest
 
 import liftgate
 from liftgate.arch.core import Arch
-from liftgate.model import FeatureUse, GateKind, Report, Verdict, VerdictKind
+from liftgate.model import FeatureUse, GateKind, Hazard, HazardKind, Report, Verdict, VerdictKind
 from liftgate.report import OutputFormat, RenderOptions, VerdictFilter, render, summary_line
 from liftgate.report.json_format import load_schema
 from liftgate.report.summary import VerdictCounts, package_verdict_counts, total_verdict_counts
@@ -72,14 +72,14 @@ BLOCKED_SM90 = Verdict(
     VerdictKind.BLOCKED,
     ("sm_90 lacks wgmma (warpgroup MMA): used at mma_sm90.h:100",),
     missing=(_use("wgmma", 100, "wgmma.mma_async"),),
-    hazards=(SMEM_HAZARD,),
+    hazards=(Hazard(HazardKind.SHARED_MEMORY, SMEM_HAZARD),),
 )
 LIFTABLE_SM120 = Verdict(
     ALLREDUCE_GATE.id,
     SM120,
     VerdictKind.LIFTABLE,
     ("everything the code uses exists on sm_120 (griddepcontrol)",),
-    hazards=(HAZARD,),
+    hazards=(Hazard(HazardKind.SILENT_EXCLUSION, HAZARD),),
 )
 UNKNOWN_SM90 = Verdict(
     DEEPGEMM_GATE.id,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 APP = """
 import torch
@@ -78,8 +78,8 @@ def test_torch_installed_beside_the_code_changes_no_gate(
     beside = fake_env(
         _tree(tmp_path / "b", {"app/__init__.py": APP}), "app", "1.0", prefix=tmp_path / "venv2"
     )
-    without = scan([f"env:{alone}"], ["sm_120"], use_cache=False, judge=False)
-    with_torch = scan([f"env:{beside}"], ["sm_120"], use_cache=False, judge=False)
+    without = scan([f"env:{alone}"], ["sm_120"], use_cache=False)
+    with_torch = scan([f"env:{beside}"], ["sm_120"], use_cache=False)
     assert sorted(line for _, line, _ in _app_gates(without)) == marked
     assert _app_gates(with_torch) == _app_gates(without)
     # Both gates admit sm_90 (exact, from the modelled API), not an unknown guess.

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from liftgate.cli.main import main
 from liftgate.model import Report, TraceSummary
-from liftgate.scanner import scan
+from liftgate.scan import scan
 from liftgate.trace.document import TraceError, load_schema, load_trace, merge, trace_from_dict
+from liftgate.trace.match import map_trace
 from liftgate.trace.session import SITECUSTOMIZE, prepare
 
 FIXTURE = Path(__file__).parent / "fixtures" / "trace"
@@ -72,7 +73,7 @@ def _trace(tmp: Path, *options: str, args: tuple[str, ...] = ()) -> tuple[int, P
 
 
 def _scan(trace_file: Path, *targets: str) -> Report:
-    return scan([str(PACKAGE)], list(targets) or ["sm_120"], trace=load_trace(str(trace_file)))
+    return map_trace(scan([str(PACKAGE)], list(targets) or ["sm_120"]), load_trace(str(trace_file)))
 
 
 def _by_line(report: Report) -> dict[tuple[str, int], str]:
@@ -360,7 +361,7 @@ def test_a_shared_query_helper_feeds_only_the_predicate_that_called_it(tmp_path:
             }
         ],
     }
-    report = scan([str(pkg)], ["sm_90"], trace=trace_from_dict(doc))
+    report = map_trace(scan([str(pkg)], ["sm_90"]), trace_from_dict(doc))
     assert report.trace is not None
     assert [g.gate_id for g in report.trace.gates] == [by_line[10]]
 

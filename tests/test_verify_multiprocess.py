@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from liftgate.cli.main import main
-from liftgate.scanner import scan
+from liftgate.scan import scan
 
 pytest.importorskip("torch")
 
