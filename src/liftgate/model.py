@@ -90,6 +90,9 @@ class Evidence:
     text: str
     path: str | None = None
     line: int | None = None
+    outcome: bool = (
+        False  # what happens to the targets the gate shuts out (a failure, a build flag's absence)
+    )
 
     def render(self) -> str:
         where = (
@@ -450,6 +453,18 @@ class Report:
     # The scanned packages' files, for the stages that read source after the scan (judge, chain,
     # trace, lift, explain); not part of the report's value.
     workspace: Workspace | None = field(default=None, compare=False, repr=False)
+
+    def target_archs(self) -> list[Arch]:
+        """The distinct archs of the targets, in the order asked."""
+        return list(dict.fromkeys(t.arch for t in self.targets))
+
+    def files(self, stage: str) -> Workspace:
+        """The workspace a later stage (``stage``, for the error) reads the scanned files through."""
+        if self.workspace is None:
+            raise ValueError(
+                f"the report has no workspace: {stage} reads the scanned files (scan with liftgate.scan)"
+            )
+        return self.workspace
 
     def verdict_index(self) -> dict[tuple[str, Arch], Verdict]:
         """Verdicts by (gate id, target); build it once per rendering, not per gate."""

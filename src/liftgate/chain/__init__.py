@@ -139,16 +139,15 @@ def find_chains(report: Report, judge: bool = False, observer: Observer | None =
     the report's). Needs the report's workspace (`liftgate.scan` sets it)."""
     if not report.targets:
         return report
-    if report.workspace is None:
-        raise ValueError("the report has no workspace: chains read the scanned files")
+    workspace = report.files("following chains")
     observer = observer or NullObserver()
-    archs = list(dict.fromkeys(t.arch for t in report.targets))
+    archs = report.target_archs()
     observer.start("following gate chains", total=None)
     try:
-        every = chains_for_report(report.gates, archs, report.workspace)
+        every = chains_for_report(report.gates, archs, workspace)
         verdicts = list(report.verdicts)
         if judge:
-            verdicts += judge_members(every, report.gates, archs, report.workspace, verdicts)
+            verdicts += judge_members(every, report.gates, archs, workspace, verdicts)
         index = {(v.gate_id, v.target): v for v in verdicts}
         found = listed_chains(every, {g.id: g for g in report.gates}, archs, index)
     finally:

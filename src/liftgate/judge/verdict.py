@@ -542,12 +542,10 @@ def judge_scan(
     ``only`` chooses which gates are judged. Needs the report's workspace (`liftgate.scan` sets it)."""
     if not report.targets:
         return report
-    if report.workspace is None:
-        raise ValueError("the report has no workspace: the judge reads the scanned files")
+    workspace = report.files("the judge")
     observer = observer or NullObserver()
-    archs = list(dict.fromkeys(t.arch for t in report.targets))
     try:
-        verdicts = judge_report(report.gates, archs, report.workspace, only=only, observer=observer)
+        verdicts = judge_report(report.gates, report.target_archs(), workspace, only=only, observer=observer)
     finally:
         observer.finish()
     return replace(report, verdicts=(*report.verdicts, *verdicts))

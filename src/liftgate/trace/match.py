@@ -201,9 +201,9 @@ def _site(query: Query, placer: _Placer) -> tuple[TracedFrame, TracedFrame | Non
 def map_trace(report: Report, trace: Trace) -> Report:
     """``report`` with ``trace`` (a run's trace, `liftgate.trace.document.load_trace`) mapped onto its
     gates (``scan --trace``). Needs the report's workspace (`liftgate.scan` sets it)."""
-    if report.workspace is None:
-        raise ValueError("the report has no workspace: a trace is placed on the scanned files")
-    return replace(report, trace=match_trace(trace, report.gates, report.workspace.as_mapping()))
+    return replace(
+        report, trace=match_trace(trace, report.gates, report.files("placing a trace").as_mapping())
+    )
 
 
 def match_trace(
