@@ -47,6 +47,7 @@ def link_build_flags(gates: Sequence[Gate]) -> list[Gate]:
                     f"admits the target: {cg.condition}",
                     flag.path,
                     flag.line,
+                    outcome=True,
                 )
                 for cg, flag in found
             ]

@@ -141,20 +141,32 @@ class GateEmitter:
             if is_failure(other, toks):
                 else_kind = ElseKind.ERROR
                 extra.append(
-                    Evidence(f'otherwise fails: "{failure_message(other, toks)}"', self.path, other.line)
+                    Evidence(
+                        f'otherwise fails: "{failure_message(other, toks)}"',
+                        self.path,
+                        other.line,
+                        outcome=True,
+                    )
                 )
             else:
                 else_kind = ElseKind.FALLBACK
         elif then is not None and is_failure(then, toks):
             invert = True  # if (!supported) throw …: the code beyond runs where the test is false
             else_kind = ElseKind.ERROR
-            extra.append(Evidence(f'fails with: "{failure_message(then, toks)}"', self.path, then.line))
+            extra.append(
+                Evidence(f'fails with: "{failure_message(then, toks)}"', self.path, then.line, outcome=True)
+            )
         elif terminates(then):
             else_kind, found = _after_dispatch(rest, toks)
             if found is not None:
                 how = "fails" if else_kind is ElseKind.ERROR else "if no later branch matches, fails"
                 extra.append(
-                    Evidence(f'otherwise {how}: "{failure_message(found, toks)}"', self.path, found.line)
+                    Evidence(
+                        f'otherwise {how}: "{failure_message(found, toks)}"',
+                        self.path,
+                        found.line,
+                        outcome=True,
+                    )
                 )
         else:
             else_kind = ElseKind.NONE
@@ -204,7 +216,7 @@ class GateEmitter:
         if not cond.arch:
             return
         message = failure_message(stmt, toks)
-        extra = [Evidence(f'fails with: "{message}"', self.path, stmt.line)] if message else []
+        extra = [Evidence(f'fails with: "{message}"', self.path, stmt.line, outcome=True)] if message else []
         self._emit(
             interp,
             frame,
@@ -241,7 +253,12 @@ class GateEmitter:
             else_kind = ElseKind.ERROR
             failing = default[-1]
             extra.append(
-                Evidence(f'default fails: "{failure_message(failing, toks)}"', self.path, failing.line)
+                Evidence(
+                    f'default fails: "{failure_message(failing, toks)}"',
+                    self.path,
+                    failing.line,
+                    outcome=True,
+                )
             )
         else:
             else_kind = ElseKind.FALLBACK

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 class Detection:
     gates: tuple[Gate, ...] = ()
     skips: tuple[Skip, ...] = ()
-    files: int = 0  # files the detector examined (for the report's count)
 
 
 class Scope(str, enum.Enum):

@@ -240,9 +240,6 @@ def _stacked_layout(
     return _Layout(line, None, 0, 0, None, inline, None, gate_id, merged=needs is not None)
 
 
-CPP_OUTCOME_PREFIXES = ("fails", "otherwise", "default fails")
-
-
 def _details(gate: Gate) -> list[str]:
     """The verbose lines under a gate's condition: how it was resolved and what it assumes."""
     if gate.kind is GateKind.PY_RUNTIME and len(gate.evidence) > 1:
@@ -251,11 +248,7 @@ def _details(gate: Gate) -> list[str]:
     elif gate.kind is GateKind.CPP_RUNTIME:
         # The value's chain (version_num → get_sm_version_num() → cudaDeviceGetAttribute(...)), then
         # what happens to other devices (the error text users search for).
-        outcomes = tuple(
-            e
-            for e in gate.evidence
-            if e.text.startswith(CPP_OUTCOME_PREFIXES) or "passed by the build" in e.text
-        )
+        outcomes = tuple(e for e in gate.evidence if e.outcome)
         chain = [e for e in gate.evidence if e not in outcomes]
         lines = ["resolved: " + " → ".join(item.render() for item in chain)] if chain else []
         lines += [f"evidence: {item.render()}" for item in outcomes]
