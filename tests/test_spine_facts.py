@@ -170,3 +170,14 @@ def test_a_binary_gate_carries_its_coverage_per_target(
         "_C.so": {"sm_86": "native", "sm_90": "native", "sm_120": "ptx-jit"},
         "hopper.o": {"sm_86": "no-kernel-image", "sm_90": "native", "sm_120": "no-kernel-image"},
     }
+
+
+def test_a_report_without_its_workspace_is_refused_by_name(tmp_path: Path) -> None:
+    """Judge and chains read the scanned files: a report built by hand (no workspace) is refused in one line."""
+    from dataclasses import replace
+
+    report = replace(scan([str(_package(tmp_path / "tree"))], ["sm_120"], use_cache=False), workspace=None)
+    with pytest.raises(ValueError, match="the judge reads the scanned files"):
+        judge_scan(report)
+    with pytest.raises(ValueError, match="following chains reads the scanned files"):
+        find_chains(report)

@@ -196,7 +196,7 @@ def _scan_package(
     pool: _Jobs,
     observer: Observer,
 ) -> tuple[list[Gate], list[Skip]]:
-    key = _package_key(pkg)
+    key = _package_key(pkg, max_file_size)
     stats = {f.path: f for f in cfiles}
     cached_stats = scan_cache.load_stats(key)
     stamp = time.time_ns()  # before any file is read
@@ -386,7 +386,7 @@ class CFamilyDetector:
             _Jobs(batch.jobs, batch.executor),
             batch.observer,
         )
-        return Detection(tuple(gates), tuple(skips), len(batch.files))
+        return Detection(tuple(gates), tuple(skips))
 
     def reset(self) -> None:
         _ANALYZERS.clear()  # the in-process analysers hold whole packages' lexed headers
@@ -437,8 +437,9 @@ def _is_indexed(path: str) -> bool:
     return ext in CUDA_EXTENSIONS or ext in BUILD_FILE_EXTENSIONS
 
 
-def _package_key(pkg: Package) -> str:
-    h = hashlib.sha256(f"{pkg.name}\x1f{pkg.version}\x1f{pkg.origin}".encode())
+def _package_key(pkg: Package, max_file_size: int) -> str:
+    """The stat and details caches' key: a file's tag may be a skip for its size, so the limit is part of it."""
+    h = hashlib.sha256(f"{pkg.name}\x1f{pkg.version}\x1f{pkg.origin}\x1f{max_file_size}".encode())
     return h.hexdigest()[:24]
 
 

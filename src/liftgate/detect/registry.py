@@ -18,6 +18,7 @@ from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.interface import Batch, Detection, Detector, Scope, not_analysed
 from liftgate.model import Gate, Skip
 from liftgate.sources.interface import DEFAULT_MAX_PY_FILE_SIZE
+from liftgate.sources.workspace import read_text
 
 
 class CMakeDetector:
@@ -33,11 +34,10 @@ class CMakeDetector:
 
     def detect(self, batch: Batch) -> Detection:
         (f,) = batch.files
-        text = batch.workspace.read(f.package, f.version, f.path)
+        text = read_text(f.fspath)  # the file itself: two packages of one name and version may be scanned
         if text is None:
-            return Detection(skips=(Skip(f.path, "unreadable, binary or too large", f.package),), files=1)
-        found = detect_cmake(f.package, f.version, f.path, text, batch.settings.cuda_version)
-        return Detection(found.gates, found.skips, 1)
+            return Detection(skips=(Skip(f.path, "unreadable, binary or too large", f.package),))
+        return detect_cmake(f.package, f.version, f.path, text, batch.settings.cuda_version)
 
     def reset(self) -> None:
         pass
@@ -98,7 +98,7 @@ class PythonDetector:
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return Detection(tuple(gates), tuple(skips), len(files))
+        return Detection(tuple(gates), tuple(skips))
 
     def reset(self) -> None:
         pass
@@ -117,8 +117,8 @@ class BinaryDetector:
 
     def detect(self, batch: Batch) -> Detection:
         assert batch.package is not None
-        gates, skips, seen = detect_binaries(batch.package.name, batch.package.version, batch.files)
-        return Detection(tuple(gates), tuple(skips), seen)
+        gates, skips, _seen = detect_binaries(batch.package.name, batch.package.version, batch.files)
+        return Detection(tuple(gates), tuple(skips))
 
     def reset(self) -> None:
         pass

@@ -46,21 +46,29 @@ CACHE_FORMAT = "scan-v4"
 StatEntry = tuple[int, int, str, int]
 
 
-@cache
-def code_fingerprint() -> str:
-    """Results depend on the detectors' code and the arch data, not only on the version number:
-    hash them, so an upgrade or a local edit never serves stale gates from the cache."""
+def fingerprinted_files() -> list[Path]:
+    """The files whose bytes decide what a scan finds: the detectors, the runner, the model, the arch
+    data, and how sources are read (`tests/test_scan_runner.py` checks it covers their imports)."""
     root = Path(__file__).parent.parent
-    h = hashlib.sha256(f"{__version__}\x1f{CACHE_FORMAT}".encode())
-    for path in sorted(
+    return sorted(
         [
             root / "model.py",
             *root.glob("scan/*.py"),
             *root.glob("detect/*.py"),
             *root.glob("arch/*.py"),
             *root.glob("data/*.json"),
+            root / "sources" / "interface.py",  # the size limits
+            root / "sources" / "workspace.py",  # how files are read, and the stat cache's freshness rule
         ]
-    ):
+    )
+
+
+@cache
+def code_fingerprint() -> str:
+    """Results depend on the detectors' code and the arch data, not only on the version number:
+    hash them, so an upgrade or a local edit never serves stale gates from the cache."""
+    h = hashlib.sha256(f"{__version__}\x1f{CACHE_FORMAT}".encode())
+    for path in fingerprinted_files():
         with contextlib.suppress(OSError):
             h.update(path.name.encode() + b"\x1f" + path.read_bytes())
     return h.hexdigest()
@@ -216,7 +224,7 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
         _span_row(g.else_span),
         g.else_kind.value,
         g.confidence.value,
-        tuple((e.text, e.path, e.line) for e in g.evidence),
+        tuple((e.text, e.path, e.line, e.outcome) for e in g.evidence),
         g.depends_on,
         g.directive,
         g.enclosing,

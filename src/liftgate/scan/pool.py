@@ -33,6 +33,12 @@ class Pool:
         if self.executor is not None:
             self.executor.shutdown(cancel_futures=True)
 
+    def discard(self) -> None:
+        """Drop a broken pool (a worker died): the next `get` starts a new one."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = None
+
 
 def chunks(items: Sequence[T], parts: int, min_size: int) -> list[list[T]]:
     """``items`` cut into about ``parts`` lists of at least ``min_size`` (the last may be shorter)."""

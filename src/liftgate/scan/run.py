@@ -16,6 +16,7 @@ import hashlib
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def scan(
     )  # fmt: skip
     gates: list[Gate] = []
     skips: list[Skip] = list(source_skips)
-    examined: set[tuple[str, str | None, str]] = set()
+    examined: set[tuple[int, str]] = set()  # (package's index, path): each file any detector wanted, once
     try:
         for detector in detectors:
             found = runner.run(detector, packages, examined)
@@ -154,19 +155,21 @@ class _Runner:
         reset_workers()  # the in-process detectors may hold whole packages' lexed headers
 
     def run(
-        self, detector: Detector, packages: Sequence[Package], examined: set[tuple[str, str | None, str]]
+        self, detector: Detector, packages: Sequence[Package], examined: set[tuple[int, str]]
     ) -> Detection:
         gates: list[Gate] = []
         skips: list[Skip] = []
-        groups: list[tuple[Package | None, list[SourceFile]]] = []
-        if detector.scope is Scope.WORKSPACE:
-            groups.append((None, [f for p in packages for f in p.files if detector.wants(f.path)]))
-        else:
-            groups.extend((p, [f for f in p.files if detector.wants(f.path)]) for p in packages)
+        wanted = [[f for f in p.files if detector.wants(f.path)] for p in packages]
+        for k, files in enumerate(wanted):
+            examined.update((k, f.path) for f in files)
+        groups: list[tuple[Package | None, list[SourceFile]]] = (
+            [(None, [f for files in wanted for f in files])]
+            if detector.scope is Scope.WORKSPACE
+            else list(zip(packages, wanted, strict=True))
+        )
         for package, files in groups:
             if not files:
                 continue
-            examined.update((f.package, f.version, f.path) for f in files)
             found = self._cached(detector, package, files)
             gates.extend(found.gates)
             skips.extend(found.skips)
@@ -174,7 +177,7 @@ class _Runner:
 
     def _cached(self, detector: Detector, package: Package | None, files: list[SourceFile]) -> Detection:
         if detector.caches_itself:
-            return self._call(detector, package, files)
+            return self._call(detector, package, files)[0]
         contents = content_digests(files, self.cache)
         digest = hashlib.sha256(
             f"{detector.name}\x1f{code_fingerprint()}\x1f{self.settings.max_file_size}\x1f"
@@ -186,22 +189,28 @@ class _Runner:
         cached = self.cache.load_result(key)
         if cached is not None:
             return Detection(tuple(cached[0]), tuple(cached[1]))
-        found = self._call(detector, package, files)
-        self.cache.store_result(key, list(found.gates), list(found.skips))
+        found, failed = self._call(detector, package, files)
+        if not failed:  # a failure may pass (memory, a broken worker): it is never remembered
+            self.cache.store_result(key, list(found.gates), list(found.skips))
         return found
 
-    def _call(self, detector: Detector, package: Package | None, files: list[SourceFile]) -> Detection:
+    def _call(
+        self, detector: Detector, package: Package | None, files: list[SourceFile]
+    ) -> tuple[Detection, bool]:
+        """The detection, and whether the safety net caught a failure on the way."""
         if detector.scope is Scope.FILE:
             gates: list[Gate] = []
             skips: list[Skip] = []
+            failed = False
             self.observer.start(detector.phase, total=len(files))
             for f in files:
-                found = self._guarded(detector, package, (f,))
+                found, failure = self._guarded(detector, package, (f,))
                 gates.extend(found.gates)
                 skips.extend(found.skips)
+                failed |= failure
                 self.observer.advance(1)
             self.observer.finish()
-            return Detection(tuple(gates), tuple(skips))
+            return Detection(tuple(gates), tuple(skips)), failed
         if detector.scope is Scope.WORKSPACE and detector.phase:
             self.observer.start(detector.phase, total=None)
             try:
@@ -212,18 +221,21 @@ class _Runner:
 
     def _guarded(
         self, detector: Detector, package: Package | None, files: tuple[SourceFile, ...]
-    ) -> Detection:
+    ) -> tuple[Detection, bool]:
         """The one safety net: whatever a detector raises becomes a Skip, and the scan goes on."""
         batch = Batch(
             files, self.workspace, self.settings, self.observer, package,
             self.pool.get, self.pool.jobs, self.cache,
         )  # fmt: skip
         try:
-            return detector.detect(batch)
+            return detector.detect(batch), False
         except Exception as exc:
+            if isinstance(exc, BrokenProcessPool):
+                self.pool.discard()  # the next package gets fresh workers, not the broken pool
             where = files[0].path if len(files) == 1 else f"{len(files)} files"
             owner = package.name if package is not None else (files[0].package if len(files) == 1 else None)
-            return Detection(skips=(not_analysed(where, owner, exc, f"{detector.name} detector failed"),))
+            skip = not_analysed(where, owner, exc, f"{detector.name} detector failed")
+            return Detection(skips=(skip,)), True
 
 
 def _overlaid(pkg: Package, overlay: Overlay) -> Package:

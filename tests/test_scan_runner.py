@@ -1,0 +1,110 @@
+"""The scan's runner (`liftgate.scan.run`): which files each detector reads, what it caches, and the
+one safety net. Each test pins a defect found in review of the spine's first version."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+import liftgate.detect.registry as registry
+from liftgate.model import GateKind
+from liftgate.scan import scan
+from liftgate.scan.cache import fingerprinted_files
+
+CMAKE_FIXTURE = Path(__file__).parent / "fixtures" / "cmake" / "minibuild"
+SRC = Path(__file__).parent.parent / "src" / "liftgate"
+CU_GATE = "#if __CUDA_ARCH__ >= 900\n__device__ void f() {}\n#endif\n"
+
+
+def test_two_packages_of_one_name_each_have_their_cmake_read(tmp_path: Path) -> None:
+    """Two trees named alike (same name, no version): each CMake file is read from its own tree."""
+    shutil.copytree(CMAKE_FIXTURE, tmp_path / "a" / "minibuild")
+    (tmp_path / "b" / "minibuild").mkdir(parents=True)
+    (tmp_path / "b" / "minibuild" / "CMakeLists.txt").write_text("project(empty)\n")
+    alone = scan([str(tmp_path / "a" / "minibuild")], ["sm_120"], use_cache=False)
+    both = scan(
+        [str(tmp_path / "a" / "minibuild"), str(tmp_path / "b" / "minibuild")], ["sm_120"], use_cache=False
+    )
+    cmake_alone = [g.id for g in alone.gates if g.kind is GateKind.CMAKE]
+    assert cmake_alone
+    assert [g.id for g in both.gates if g.kind is GateKind.CMAKE] == cmake_alone
+    assert both.files_scanned == alone.files_scanned + 1  # b's CMakeLists.txt counts too
+    assert not [s for s in both.skips if "unreadable" in s.reason]
+
+
+def test_the_size_limit_is_part_of_the_cfamily_cache(tmp_path: Path) -> None:
+    """A file skipped for its size under a small limit is read under a larger one, cache or not."""
+    tree = tmp_path / "pkg"
+    tree.mkdir()
+    (tree / "big.cu").write_text(CU_GATE + "// padding\n" * 150_000)  # 1.6 MB
+    cache = str(tmp_path / "cache")
+    small = scan([str(tree)], ["sm_120"], cache_dir=cache, max_file_size=1_000_000)
+    assert not [g for g in small.gates if g.kind is GateKind.CUDA_PP]
+    assert any("limit" in s.reason for s in small.skips)
+    large = scan([str(tree)], ["sm_120"], cache_dir=cache, max_file_size=16_000_000)
+    assert [g for g in large.gates if g.kind is GateKind.CUDA_PP]
+
+
+def test_a_failure_caught_by_the_safety_net_is_not_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(CMAKE_FIXTURE, tmp_path / "minibuild")
+    cache = str(tmp_path / "cache")
+    real = registry.detect_cmake
+
+    def failing(*args: object, **kwargs: object) -> object:
+        raise MemoryError("a passing shortage")
+
+    monkeypatch.setattr(registry, "detect_cmake", failing)
+    first = scan([str(tmp_path / "minibuild")], ["sm_120"], cache_dir=cache)
+    assert not [g for g in first.gates if g.kind is GateKind.CMAKE]
+    assert any("cmake detector failed (MemoryError: a passing shortage)" in s.reason for s in first.skips)
+    monkeypatch.setattr(registry, "detect_cmake", real)
+    again = scan([str(tmp_path / "minibuild")], ["sm_120"], cache_dir=cache)
+    assert [g for g in again.gates if g.kind is GateKind.CMAKE]
+    assert not any("detector failed" in s.reason for s in again.skips)
+
+
+def _liftgate_imports(path: Path) -> set[str]:
+    """The liftgate modules a file imports (at module level or inside functions)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("liftgate"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("liftgate"))
+    return found
+
+
+def test_the_cache_fingerprint_covers_every_module_detection_depends_on() -> None:
+    """Every liftgate module a detector or the runner imports is hashed into the cache key, so an
+    edit to any of them never serves stale gates (sources/workspace.py once was not)."""
+    hashed = {p.resolve() for p in fingerprinted_files()}
+    exempt = {
+        "liftgate._version",  # hashed as the version string
+        "liftgate.evaluate",  # Report.findings, after the scan: no detection calls it
+        "liftgate.sources.cache",  # where the cache lives, not what is in it
+    }
+    todo = [*SRC.glob("detect/*.py"), *SRC.glob("scan/*.py")]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for module in _liftgate_imports(path) - exempt:
+            parts = module.split(".")[1:]
+            candidate = SRC.joinpath(*parts).with_suffix(".py")
+            package = SRC.joinpath(*parts, "__init__.py")
+            target = candidate if candidate.exists() else package
+            if not target.exists() or (target.name == "__init__.py" and module == "liftgate"):
+                continue
+            if target.name == "__init__.py":
+                continue  # a package's __init__ re-exports; its modules are followed when imported
+            assert target.resolve() in hashed, (
+                f"{path.relative_to(SRC)} imports {module}, not in the fingerprint"
+            )
+            todo.append(target)
