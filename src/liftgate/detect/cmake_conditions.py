@@ -1,7 +1,7 @@
 """What an ``if()`` condition of a CMake file says: its arch part, and tests of the CUDA toolkit's version.
 
 `evaluate_arch` reads the arch part of a condition tree through an atom callback (the analysis
-in `liftgate.detect.cmake` knows which variables are arch lists); `Toolkit` decides tests of
+in `liftgate.detect.cmake_rules` knows which variables are arch lists); `Toolkit` decides tests of
 the toolkit's version for an assumed ``major.minor``.
 """
 
