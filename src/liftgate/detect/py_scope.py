@@ -94,14 +94,23 @@ class Scopes:
         return self._load_module(self._canonical(name)) if name else None
 
     def _canonical(self, name: str) -> str:
+        """The scanned module an import names: itself, or the one module whose name ends in it (a
+        tree scanned above its import root, such as ``python/sglang/…``). A suffix two modules share
+        names neither: ``flash_attn`` in vLLM is the third-party package, not one of vLLM's two
+        ``…backends.flash_attn`` modules (picking one made the result depend on the hash seed)."""
         if name in self._module_names:
             return name
         if self._suffix_index is None:
             index: dict[str, str] = {}
-            for full in self._module_names:
+            shared: set[str] = set()
+            for full in sorted(self._module_names):
                 parts = full.split(".")
                 for i in range(1, len(parts)):
-                    index.setdefault(".".join(parts[i:]), full)
+                    suffix = ".".join(parts[i:])
+                    if index.setdefault(suffix, full) != full:
+                        shared.add(suffix)
+            for suffix in shared:
+                del index[suffix]
             self._suffix_index = index
         return self._suffix_index.get(name, name)
 

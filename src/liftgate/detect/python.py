@@ -109,9 +109,9 @@ class PythonAnalyzer:
         if name in self._modules:
             return self._modules[name]
         src = self._sources.get(name)
-        module: Module | None = None
-        if src is not None and name in self._loadable:
-            module = self._parse(name, src)
+        if src is not None and name not in self._loadable:
+            return None  # not yet: a later round may make it loadable, so nothing is remembered
+        module = self._parse(name, src) if src is not None else None
         self._modules[name] = module
         return module
 

@@ -1,0 +1,86 @@
+"""The Python detector's answer never depends on the hash seed.
+
+vLLM 0.10.2 has two modules named ``…backends.flash_attn`` and imports the third-party
+``flash_attn`` package elsewhere. The import used to resolve, by name suffix, to whichever of the
+two a set's iteration met first (the hash seed decided), and the module it hit was then remembered
+as unloadable before its round came: on some seeds one ``flash_attn.py`` was never walked and its
+gates were silently lost (95 or 101 gates on vLLM 0.10.2; 103 on every seed now). A suffix two
+modules share now names neither, and a module is only remembered once its round has come.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+FILES = {
+    "pkg/__init__.py": "",
+    "pkg/utils/__init__.py": "",
+    "pkg/utils/fa_utils.py": (
+        "import torch\n\n\n"
+        "def get_flash_attn_version():\n"
+        "    major, _ = torch.cuda.get_device_capability()\n"
+        "    return 3 if major == 9 else 2\n"
+    ),
+    "pkg/mla/__init__.py": "",
+    "pkg/mla/common.py": (
+        "import torch\n"
+        "from flash_attn import flash_attn_varlen_func  # the third-party package\n\n"
+        "USE_MLA = torch.cuda.get_device_capability()[0] >= 9  # read first: it queries the device\n"
+        "KERNEL = flash_attn_varlen_func if USE_MLA else None  # uses the import: resolves it\n"
+    ),
+    "pkg/v0/__init__.py": "",
+    "pkg/v0/backends/__init__.py": "",
+    "pkg/v0/backends/flash_attn.py": (
+        "from pkg.utils.fa_utils import get_flash_attn_version\n\n\n"
+        "def pick():\n"
+        "    if get_flash_attn_version() == 3:  # gate: v0\n"
+        "        return 'fa3'\n"
+        "    return 'fa2'\n"
+    ),
+    "pkg/v1/__init__.py": "",
+    "pkg/v1/backends/__init__.py": "",
+    "pkg/v1/backends/flash_attn.py": (
+        "from pkg.utils.fa_utils import get_flash_attn_version\n\n\n"
+        "class Backend:\n"
+        "    def __init__(self):\n"
+        "        self.version = get_flash_attn_version()\n\n"
+        "    def run(self):\n"
+        "        if self.version == 3:  # gate: v1\n"
+        "            return 'fa3'\n"
+        "        return 'fa2'\n"
+    ),
+}
+
+PROBE = """
+import json, sys
+from liftgate.detect.python import PythonAnalyzer, source_from_file
+root = sys.argv[1]
+paths = sorted(sys.argv[2:])
+gates = PythonAnalyzer(source_from_file("pkg", None, p, root + "/" + p) for p in paths).analyze()
+print(json.dumps(sorted([g.id, g.location.path, g.location.line, g.admitted.names()] for g in gates)))
+"""
+
+
+def test_two_modules_of_one_name_are_both_walked_on_every_hash_seed(tmp_path: Path) -> None:
+    for rel, text in FILES.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    runs = set()
+    for seed in range(6):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE, str(tmp_path), *FILES],
+            capture_output=True, text=True, check=True, env=env,
+        ).stdout  # fmt: skip
+        runs.add(out)
+    assert len(runs) == 1, "the gates depend on the hash seed"
+    gates = json.loads(runs.pop())
+    paths = {path for _id, path, _line, _admitted in gates}
+    assert {"pkg/v0/backends/flash_attn.py", "pkg/v1/backends/flash_attn.py"} <= paths
+    for _id, path, _line, admitted in gates:
+        if path.endswith("flash_attn.py"):
+            assert admitted == ["sm_90", "sm_90a"], path
