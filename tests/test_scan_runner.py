@@ -108,3 +108,47 @@ def test_the_cache_fingerprint_covers_every_module_detection_depends_on() -> Non
                 f"{path.relative_to(SRC)} imports {module}, not in the fingerprint"
             )
             todo.append(target)
+
+
+def test_a_broken_pool_is_replaced_and_the_package_is_a_skip(tmp_path: Path) -> None:
+    """A worker that dies breaks the pool: that package is a skip naming it, and the next package
+    gets a fresh pool instead of the broken one (which would fail every package after it)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from liftgate.detect.interface import Batch, Detection, Scope, Settings
+    from liftgate.scan.cache import ScanCache
+    from liftgate.scan.pool import Pool
+    from liftgate.scan.run import Runner
+    from liftgate.sources.interface import NullObserver, Package, SourceFile
+    from liftgate.sources.workspace import Workspace
+
+    class Shut:
+        def __init__(self) -> None:
+            self.down = False
+
+        def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+            self.down = True
+
+    class Dying:
+        name, scope, phase, caches_itself = "dying", Scope.PACKAGE, "", True
+
+        def wants(self, path: str) -> bool:
+            return True
+
+        def detect(self, batch: Batch) -> Detection:
+            raise BrokenProcessPool("a worker died")
+
+        def reset(self) -> None:
+            pass
+
+    broken = Shut()
+    pool = Pool(2, broken)  # type: ignore[arg-type]
+    files = tuple(SourceFile("p", "1", f"f{n}.cu", str(tmp_path / f"f{n}.cu"), 0, 0) for n in range(2))
+    packages = [Package("p", "1", "test", files[:1]), Package("q", "1", "test", files[1:])]
+    runner = Runner(
+        Workspace(tuple(packages)), Settings((13, 0), 1 << 20), ScanCache(None), NullObserver(), pool
+    )
+    found = runner.run(Dying(), packages, set())
+    assert broken.down and pool.executor is None
+    assert [s.package for s in found.skips] == ["p", "q"]
+    assert all("dying detector failed (BrokenProcessPool: a worker died)" in s.reason for s in found.skips)

@@ -104,7 +104,7 @@ def scan(
     workspace = Workspace(tuple(packages))
     settings = Settings(cuda_version, max_file_size)
     detectors = [d for d in DETECTORS if d.name == "python"] if only_python else list(DETECTORS)
-    runner = _Runner(
+    runner = Runner(
         workspace, settings, ScanCache(cache_root_dir if use_cache else None), observer,
         Pool(jobs or max(1, min(os.cpu_count() or 1, 8))),
     )  # fmt: skip
@@ -136,7 +136,7 @@ def scan(
     )
 
 
-class _Runner:
+class Runner:
     """Calls detectors with the files they want, inside the one safety net, with the cache."""
 
     def __init__(
