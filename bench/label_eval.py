@@ -182,6 +182,9 @@ class FileLabels:
     gates: tuple[GateLabel, ...]
     near_misses: tuple[LineLabel, ...]
     ambiguous: tuple[LineLabel, ...] = ()
+    # Only the labelled lines were read (``"partial": true``): a detection elsewhere in the file is
+    # outside what was labelled and counts for nothing, like an ambiguous line.
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,10 @@ def load_labels(data: Mapping[str, Any], source: str = "") -> LabelSet:
         seen_gates = [(x.line, x.kind, x.admits) for x in gates]
         if len(seen_gates) != len(set(seen_gates)):
             raise ValueError(f"{source}:{path}: the same gate is labelled twice")
-        files.append(FileLabels(path, tuple(sorted(gates, key=lambda x: x.line)), near, ambiguous))
+        partial = entry.get("partial", False)
+        if not isinstance(partial, bool):
+            raise ValueError(f"{source}:{path}: partial must be true or false, not {partial!r}")
+        files.append(FileLabels(path, tuple(sorted(gates, key=lambda x: x.line)), near, ambiguous, partial))
     sdist = data.get("sdist", False)
     if not isinstance(sdist, bool):
         raise ValueError(f"{source}: sdist must be true or false, not {sdist!r}")
@@ -370,6 +376,11 @@ def score_file(labels: FileLabels, detections: Sequence[Detection]) -> FileScore
             out.false_positives.append((det, f"near-miss: {near.why}"))
             continue
         other_kind = [g for g in labels.gates if g.kind != det.kind and any(det.covers(x) for x in g.lines)]
+        if labels.partial and not other_kind:
+            out.ambiguous_hits.append(
+                (LineLabel(labels.path, det.start, "", "outside the labelled part"), det)
+            )
+            continue
         reason = f"kind mismatch: labelled {other_kind[0].kind}" if other_kind else "not labelled"
         out.false_positives.append((det, reason))
     return out
