@@ -275,6 +275,34 @@ def test_matching_counts_true_and_false_positives_and_admitted_agreement() -> No
     assert stats["all"].tp == 3 and stats["all"].labels == 4
 
 
+def test_a_partial_file_counts_detections_outside_its_labels_for_nothing() -> None:
+    from dataclasses import replace
+
+    file_a = replace(labels().files[0], partial=True)
+    detections = [
+        det("demo/a.py", 9, "py-runtime", SM90_UP, end=11),  # a labelled gate: still a true positive
+        det("demo/a.py", 33, "py-runtime", ["sm_120"]),  # outside the labelled part: not scored
+        det("demo/a.py", 50, "py-runtime", ["sm_90"]),  # a labelled near-miss: still a false positive
+    ]
+    score = le.score_file(file_a, detections)
+    assert [m.label.line for m in score.matches] == [10]
+    assert [(d.start, why.split(":")[0]) for d, why in score.false_positives] == [(50, "near-miss")]
+    assert [(a.line, a.why) for a, _ in score.ambiguous_hits] == [(33, "outside the labelled part")]
+    rt = le.summarize([score])["py-runtime"]
+    assert rt.precision == pytest.approx(1 / 2)
+
+
+def test_partial_must_be_a_boolean() -> None:
+    data = {
+        "package": "p",
+        "version": "1",
+        "spec": "p==1",
+        "files": {"a.py": {"partial": "yes", "gates": []}},
+    }
+    with pytest.raises(ValueError, match="partial must be true or false"):
+        le.load_labels(data, "x.json")
+
+
 def test_kind_must_agree_and_each_detection_matches_one_label() -> None:
     file_a = labels().files[0]
     wrong_kind = le.score_file(file_a, [det("demo/a.py", 10, "py-build", ["sm_90"])])

@@ -1,0 +1,145 @@
+"""Indirect py-runtime gates: capability that reaches a condition through locals stored in ``self.``
+attributes, a platform object chosen at run time, parameters filled by callers, module flags,
+globals a function rebinds, and the control flow (issue 18).
+
+``tests/fixtures/python/indirect`` is a vLLM-shaped tree; every condition in it carries a marker:
+``# gate: 9.0 10.0`` where a gate admitting exactly those capabilities must start, ``# not a
+gate: why`` where none may. `test_markers` holds each file to its marks; the other tests check
+what the gates say (evidence naming the call site, the attribute, the chosen class).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from liftgate.detect.python import detect_py_runtime, source_from_file
+from liftgate.detect.runtime_arch import archs_for_capabilities
+from liftgate.model import Confidence, Gate
+
+TREE = Path(__file__).parent / "fixtures" / "python" / "indirect"
+_GATE = re.compile(r"#\s*gate:\s*([\d. ]+)$")
+_NOT = re.compile(r"#\s*not a gate\b")
+
+
+def paths() -> list[str]:
+    return sorted(p.relative_to(TREE).as_posix() for p in TREE.rglob("*.py"))
+
+
+@cache
+def analysis(exclude: tuple[str, ...] = ()) -> tuple[Gate, ...]:
+    sources = [
+        source_from_file("vllm", "0.0.1", path, str(TREE / path)) for path in paths() if path not in exclude
+    ]
+    gates, skips = detect_py_runtime(sources)
+    assert skips == []
+    return tuple(gates)
+
+
+def gates_in(path: str, exclude: tuple[str, ...] = ()) -> list[Gate]:
+    return [g for g in analysis(exclude) if g.location.path == path]
+
+
+def marks(path: str) -> tuple[dict[int, frozenset[tuple[int, int]]], set[int]]:
+    wanted: dict[int, frozenset[tuple[int, int]]] = {}
+    unwanted: set[int] = set()
+    for number, line in enumerate((TREE / path).read_text().splitlines(), start=1):
+        if (m := _GATE.search(line)) is not None:
+            caps = frozenset(tuple(int(x) for x in cc.split(".")) for cc in m.group(1).split())
+            wanted[number] = caps  # type: ignore[assignment]
+        elif _NOT.search(line):
+            unwanted.add(number)
+    return wanted, unwanted
+
+
+def admitted_caps(gate: Gate) -> frozenset[tuple[int, int]]:
+    return frozenset(a.cc for a in gate.admitted if a.variant == "")
+
+
+@pytest.mark.parametrize("path", paths())
+def test_markers(path: str) -> None:
+    wanted, unwanted = marks(path)
+    gates = gates_in(path)
+    found = {g.location.span.start: admitted_caps(g) for g in gates}
+    assert found == wanted
+    assert len(gates) == len(wanted)
+    assert not {n for g in gates for n in range(g.location.span.start, g.location.span.end + 1)} & unwanted
+    for gate in gates:
+        assert gate.confidence is Confidence.EXACT, (gate.location.line, gate.evidence)
+        assert gate.admitted == archs_for_capabilities(sorted(admitted_caps(gate)))
+
+
+def evidence(gate: Gate) -> str:
+    return "\n".join(f"{e.text} at {e.path}:{e.line}" for e in gate.evidence)
+
+
+def gate_at(path: str, line: int, exclude: tuple[str, ...] = ()) -> Gate:
+    (gate,) = [g for g in gates_in(path, exclude) if g.location.span.start == line]
+    return gate
+
+
+def line_of(path: str, text: str) -> int:
+    lines = (TREE / path).read_text().splitlines()
+    (number,) = [i for i, line in enumerate(lines, start=1) if text in line]
+    return number
+
+
+def test_attribute_gate_follows_the_local_it_was_set_from() -> None:
+    """vLLM #49921: `self.allow_bf16x3_router_gemm` read in forward() comes from the local
+    `is_blackwell` of __init__, not from the word "blackwell" (which would admit 11.x/12.x)."""
+    path = "vllm/layers/router.py"
+    gate = gate_at(path, line_of(path, "if self.allow_bf16x3_router_gemm and x.dtype"))
+    assert admitted_caps(gate) == {(10, 0), (10, 3)}
+    text = evidence(gate)
+    assert "self.allow_bf16x3_router_gemm = not bias and self.weight.dtype == torch.float32" in text
+    assert "is_device_capability_family(100)" in text
+    assert "reads as" not in text  # no name was read
+
+
+def test_platform_method_is_read_from_the_chosen_class() -> None:
+    """vLLM #54125: `current_platform.support_deep_gemm()` is CudaPlatformBase's own definition
+    (the ROCm override and the interface's default are not what an NVIDIA GPU runs)."""
+    path = "vllm/deep_gemm.py"
+    gate = gate_at(path, line_of(path, "if not is_deep_gemm_supported():"))
+    text = evidence(gate)
+    assert "current_platform is vllm.platforms.cuda.CudaPlatform on an NVIDIA GPU" in text
+    assert "support_deep_gemm" in text
+    assert "is_deep_gemm_supported() returns" in text
+
+
+def test_without_the_platform_source_the_method_is_unknown_not_guessed() -> None:
+    """Scanned without vLLM's platform modules, `support_deep_gemm()` is unknown: no gate appears
+    from its name, and the modelled capability calls still work."""
+    exclude = ("vllm/platforms/cuda.py", "vllm/platforms/__init__.py")
+    assert gates_in("vllm/deep_gemm.py", exclude) == []
+    path = "vllm/layers/router.py"
+    kept = gate_at(path, line_of(path, "if self.allow_bf16x3_router_gemm and x.dtype"), exclude)
+    assert admitted_caps(kept) == {(10, 0), (10, 3)}
+
+
+def test_parameter_gate_names_the_call_site_that_decides_it() -> None:
+    """PR #43814: the op wrapper's branch on its parameter is a gate, read with the capability its
+    caller computed (`capability_tuple.to_int()`), and the caller's `return` is one too."""
+    path = "vllm/_custom_ops.py"
+    gate = gate_at(path, line_of(path, "if cuda_device_capability < 90 or"))
+    text = evidence(gate)
+    assert "called as ops.cutlass_group_gemm_supported(capability) at vllm/w8a8_utils.py:" in text
+    assert "get_device_capability()" in text
+    caller = gate_at("vllm/w8a8_utils.py", line_of("vllm/w8a8_utils.py", "return ops.cutlass_group_gemm"))
+    assert admitted_caps(caller) == {(9, 0), (10, 0), (10, 3)}
+
+
+def test_parameter_followed_two_frames_down() -> None:
+    path = "vllm/_custom_ops.py"
+    gate = gate_at(path, line_of(path, "if cuda_device_capability == 90:"))
+    assert "called as tile_for(cuda_device_capability, k) at vllm/_custom_ops.py:" in evidence(gate)
+
+
+def test_gates_are_the_same_whatever_the_file_order() -> None:
+    forward = analysis()
+    sources = [source_from_file("vllm", "0.0.1", p, str(TREE / p)) for p in reversed(paths())]
+    backward, _ = detect_py_runtime(sources)
+    assert [(g.id, g.admitted, g.evidence) for g in forward] == [(g.id, g.admitted, g.evidence) for g in backward]
