@@ -134,6 +134,39 @@ def collect_bindings(module: Module) -> None:
                     visit(handler.body)
 
     visit(module.tree.body)
+    _bind_rebound_globals(module)
+
+
+def _bind_rebound_globals(module: Module) -> None:
+    """A module global that a function rebinds (``global _config; _config = config``) is not its
+    module-level value alone: each such assignment is a binding too ("rebound"), evaluated with the
+    function's own names unknown, so ``_current_config = None`` set later by ``set_config(config)``
+    reads "None or anything", not "None"."""
+    if not any(isinstance(n, ast.Global) for n in ast.walk(module.tree)):
+        return
+    for func in ast.walk(module.tree):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        declared = {name for stmt in ast.walk(func) if isinstance(stmt, ast.Global) for name in stmt.names}
+        if not declared:
+            continue
+        spec = func.args
+        local = {a.arg for a in (*spec.posonlyargs, *spec.args, *spec.kwonlyargs)}
+        local |= {a.arg for a in (spec.vararg, spec.kwarg) if a is not None}
+        for sub in ast.walk(func):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id not in declared:
+                local.add(sub.id)
+        names = frozenset(local)
+        for sub in ast.walk(func):
+            if isinstance(sub, ast.Assign):
+                pairs = [(t, sub.value) for t in sub.targets]
+            elif isinstance(sub, ast.AnnAssign) and sub.value is not None:
+                pairs = [(sub.target, sub.value)]
+            else:
+                continue
+            for target, value in pairs:
+                if isinstance(target, ast.Name) and target.id in declared and target.id in module.bindings:
+                    module.bindings[target.id].append(("rebound", value, names))
 
 
 def _bind_target(

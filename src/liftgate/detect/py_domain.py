@@ -194,7 +194,70 @@ def merge_envs(before: dict[str, AV], branches: list[dict[str, AV]]) -> dict[str
             if current is value:
                 continue
             merged[name] = value if current is None else join([current, value])
+    _drop_partial_attributes(merged, branches)
     return merged
+
+
+def _drop_partial_attributes(merged: dict[str, AV], branches: list[dict[str, AV]]) -> None:
+    """An attribute (``obj.x``, keyed with its dot) set on some paths only is, on the others, whatever
+    it was: the value one branch gave it is not the value after the ``if`` (``if moe.flag is None:
+    moe.flag = False`` does not make ``moe.flag`` False), so it is read from the object again."""
+    for name in [n for n in merged if "." in n]:
+        if any(name not in branch for branch in branches):
+            del merged[name]
+
+
+def merge_by_truth(
+    before: dict[str, AV], body: dict[str, AV] | None, orelse: dict[str, AV] | None, truths: list[str]
+) -> dict[str, AV]:
+    """The variables after an ``if`` whose test differs between devices, lane by lane: a lane where
+    the test is certainly true continues from the body, one where it is certainly false from the
+    else branch, and only an undecided lane joins the two. ``x = False; if is_sm90(): x = True``
+    leaves ``x`` true exactly on 9.0, not "true or false everywhere". A branch that ends in
+    ``return``/``raise`` (None here) does not continue."""
+    if body is None and orelse is None:
+        return dict(before)
+    if body is None or orelse is None:
+        return dict(body if body is not None else orelse)  # type: ignore[arg-type]
+    merged = dict(body)
+    _drop_partial_attributes(merged, [body, orelse])
+    names = set(merged) | {n for n in orelse if "." not in n}
+    for name in sorted(names):
+        a, b = body.get(name), orelse.get(name)
+        if a is b:
+            continue
+        if a is None or b is None:
+            merged[name] = a if a is not None else b  # type: ignore[assignment]
+            continue
+        sets: list[frozenset[object]] = []
+        for i, truth in enumerate(truths):
+            if truth == Truth3.TRUE:
+                sets.append(a.lane(i))
+            elif truth == Truth3.FALSE:
+                sets.append(b.lane(i))
+            else:
+                union = a.lane(i) | b.lane(i)
+                sets.append(union if len(union) <= MAX_SET else TOP_SET)
+        merged[name] = combine([a, b], sets)
+    return merged
+
+
+def reached(value: AV, guards: list[tuple[AV, str]]) -> AV:
+    """``value`` on the lanes that can reach the point where it is produced: a lane on which a guard of
+    the current path is certainly false gets no value (an attribute assigned inside ``if is_sm100():``
+    is not assigned on 9.0)."""
+    arch_guards = [g for g, _ in guards if g.arch]
+    if not arch_guards:
+        return value
+    blocked = [False] * lane_count()
+    for guard in arch_guards:
+        for i, truth in enumerate(truth_lanes(guard)):
+            if truth == Truth3.FALSE:
+                blocked[i] = True
+    if not any(blocked):
+        return value
+    sets = [frozenset() if blocked[i] else value.lane(i) for i in range(lane_count())]
+    return combine([value, *arch_guards], sets)
 
 
 def iterate(value: AV) -> AV | None:

@@ -24,6 +24,7 @@ from liftgate.detect.py_domain import (
     only_plain,
     or_values,
     raise_type_error,
+    reached,
     reorder_trail,
     subscript,
 )
@@ -289,6 +290,10 @@ class Evaluator(Scopes):
         return combine([key, *parts], sets)
 
     def _eval_Attribute(self, node: ast.Attribute, frame: Frame) -> AV:
+        if frame.attributes_bound and isinstance(node.value, ast.Name):
+            assigned = frame.env.get(f"{node.value.id}.{node.attr}")
+            if assigned is not None:
+                return assigned  # `self.x = …` earlier in this function: the value it was given here
         base = self.eval(node.value, frame)
         return self.attribute(base, node.attr, frame, node)
 
@@ -309,6 +314,11 @@ class Evaluator(Scopes):
                 results.append(found if found is not None else TOP)
             elif isinstance(element, ExternalRef):
                 results.append(self._external_attribute(element, name, node, frame))
+            elif isinstance(element, (Instance, ClassRef)) and name in MODEL_WINS:
+                # A platform class's capability methods (vLLM's `cls.is_device_capability(90)`) mean
+                # what the model says, whatever the body reaching NVML or torch looks like.
+                owner = element.cls if isinstance(element, Instance) else element
+                results.append(const(ExternalRef(f"{owner.name}.{name}")))
             elif isinstance(element, Instance):
                 results.append(self._instance_attribute(element, name, frame, node))
             elif isinstance(element, ClassRef):
@@ -457,8 +467,8 @@ class Evaluator(Scopes):
             return result.with_trail(step) if result.arch else result
         return self._unknown_attribute(name, frame, node)
 
-    def _self_index(self, cls: ClassRef) -> dict[str, list[tuple[str, ast.Assign | ast.AnnAssign]]]:
-        """``self.<attr> = …`` assignments in the class's methods, by attribute name (built once per class)."""
+    def _self_index(self, cls: ClassRef) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
+        """The methods of the class that assign ``self.<attr>``, by attribute name (built once per class)."""
         index = self._self_indexes.get(cls.key)
         if index is not None:
             return index
@@ -468,8 +478,6 @@ class Evaluator(Scopes):
             for stmt in info.node.body:
                 if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or not stmt.args.args:
                     continue
-                if not _INITIALIZER.match(stmt.name):
-                    continue  # attributes that gate code are set up front; walking every method is costly
                 self_name = stmt.args.args[0].arg
                 for sub in ast.walk(stmt):
                     if isinstance(sub, ast.Assign):
@@ -484,9 +492,51 @@ class Evaluator(Scopes):
                             and isinstance(target.value, ast.Name)
                             and target.value.id == self_name
                         ):
-                            index.setdefault(target.attr, []).append((self_name, sub))
+                            methods = index.setdefault(target.attr, [])
+                            if stmt not in methods:
+                                methods.append(stmt)
+            for methods in index.values():
+                # initialisers first: the attributes that gate code are set up front
+                methods.sort(key=lambda m: not _INITIALIZER.match(m.name))
         self._self_indexes[cls.key] = index
         return index
+
+    def _captured(
+        self, cls: ClassRef, info: ClassInfo, method: ast.FunctionDef | ast.AsyncFunctionDef
+    ) -> dict[str, list[tuple[AV, int, str]]]:
+        """Run one method with ``self`` bound to an instance of ``cls`` and record what it assigns to
+        ``self.<attr>``, each value with its method's locals in sight (``self.use_x = is_blackwell``
+        after ``is_blackwell = …is_device_capability_family(100)``) and on the lanes that reach it."""
+        key = ("capture", cls.key, id(method))
+        done = self._captures.get(key)
+        if done is not None:
+            return done
+        if key in self._in_progress:
+            return {}
+        self_name = method.args.args[0].arg
+        env: dict[str, AV] = {}
+        for param in (*method.args.posonlyargs, *method.args.args, *method.args.kwonlyargs):
+            inferred = inferred_predicate(param.arg, info.module.path, param.lineno)
+            env[param.arg] = inferred if inferred is not None else TOP
+        if method.args.vararg:
+            env[method.args.vararg.arg] = TOP
+        if method.args.kwarg:
+            env[method.args.kwarg.arg] = TOP
+        env[self_name] = const(Instance(cls))
+        frame = Frame(info.module, env, {}, cls=cls)
+        frame.captures = {}
+        frame.self_name = self_name
+        self._in_progress.add(key)
+        saved_steps = self._steps
+        try:
+            self.exec_block(method.body, frame)
+        except RecursionError:
+            pass
+        finally:
+            self._steps = saved_steps
+            self._in_progress.discard(key)
+        self._captures[key] = frame.captures
+        return frame.captures
 
     def _self_assignments(self, cls: ClassRef, name: str) -> AV | None:
         key = ("self", cls.key, name)
@@ -495,27 +545,23 @@ class Evaluator(Scopes):
         if key in self._in_progress:
             return TOP
         info = self._classes.get(cls.key)
-        assignments = self._self_index(cls).get(name)
-        if info is None or not assignments:
+        methods = self._self_index(cls).get(name)
+        if info is None or not methods:
             return None
-        values = []
+        values: list[AV] = []
         self._in_progress.add(key)
         try:
-            for self_name, sub in assignments[:8]:
-                assert sub.value is not None
-                frame = Frame(info.module, {self_name: const(Instance(cls))}, {}, cls=cls)
-                value = self.eval(sub.value, frame)
-                if value.arch:
-                    step = Evidence(
-                        f"self.{name} = {short(info.module.segment(sub.value), 100)}",
-                        info.module.path,
-                        sub.lineno,
-                    )
-                    value = value.with_trail(step)
-                values.append(value)
+            for method in methods[:8]:
+                for value, line, shown in self._captured(cls, info, method).get(name, ()):
+                    if value.arch:
+                        step = Evidence(f"self.{name} = {shown}", info.module.path, line)
+                        value = value.with_trail(step)
+                    values.append(value)
         finally:
             self._in_progress.discard(key)
-        result = join(values)
+        result = join(values) if values else TOP
+        if result.arch:
+            self.arch_names.add(name)
         self._self_values[key] = result
         return result
 
@@ -573,6 +619,8 @@ class Evaluator(Scopes):
         self, element: object, args: list[AV], kwargs: dict[str, AV], frame: Frame, node: ast.AST
     ) -> AV:
         if isinstance(element, FuncRef):
+            if any(a.arch for a in args) or any(v.arch for v in kwargs.values()):
+                self._record_call_site(element, args, kwargs, frame, node)
             return self._call_function(element, args, kwargs, node)
         if isinstance(element, PartialRef):
             merged = {**dict(element.kwargs), **kwargs}
@@ -599,6 +647,25 @@ class Evaluator(Scopes):
             lambda r, *xs: call_concrete_method(name, r, tuple(xs[: len(args)]), dict(zip(keys, xs[len(args):], strict=True))),
             receiver, *args, *kwargs.values(),
         )  # fmt: skip
+
+    def _record_call_site(
+        self, ref: FuncRef, args: list[AV], kwargs: dict[str, AV], frame: Frame, node: ast.AST
+    ) -> None:
+        """A scanned function called with a value that differs between devices: its branches on that
+        parameter are gates (parametric), instantiated with what its callers pass (`walk_parametric`)."""
+        info = self._callables.get(ref.key)
+        if info is None or isinstance(info.node, ast.Lambda):
+            return
+        module_frame = Frame(info.module, {}, dict(info.closure or {}), cls=info.cls)
+        bound = self.bind_arguments(info, args, kwargs, module_frame)
+        shown = short(frame.module.segment(node), 100) if isinstance(node, ast.expr) else f"{info.qualname}()"
+        site = Evidence(f"called as {shown}", frame.module.path, getattr(node, "lineno", None))
+        sites = self.call_sites.setdefault(id(info.node), {})
+        for name, value in bound.items():
+            if value.arch and len(sites.setdefault(name, [])) < 8:
+                entry = (value, site)
+                if all(v.sets != value.sets or e != site for v, e in sites[name]):
+                    sites[name].append(entry)
 
     def _call_function(self, ref: FuncRef, args: list[AV], kwargs: dict[str, AV], node: ast.AST) -> AV:
         info = self._callables.get(ref.key)
@@ -666,8 +733,9 @@ class Evaluator(Scopes):
         returns = frame.returns
         if not returns:
             return TOP  # always raises: no value
-        if any(v.arch for v, _ in returns):
+        if any(v.arch for v, _ in returns) or any(g.arch for _, guards in returns for g, _ in guards):
             kept: list[AV] = []
+            masked: list[AV] = []
             deps: list[str] = []
             for value, guards in returns:
                 non_arch = [(g, text) for g, text in guards if not g.arch]
@@ -676,8 +744,13 @@ class Evaluator(Scopes):
                     # return False`, an override dict): assumed not taken, and reported.
                     deps.extend(f"{_negated(text)} (in {info.qualname})" for _, text in non_arch[-1:])
                     continue
+                # Each return on the lanes that reach it: `if c < 90: return False` then `return True`
+                # is False below 9.0 and True from it, not "either" everywhere.
                 kept.append(value)
+                masked.append(reached(value, guards))
             result = join(kept) if kept else join(v for v, _ in returns)
+            if masked:
+                result = _where_reached(join(masked), result)
             if deps:
                 result = result.with_deps(deps)
         else:
@@ -697,6 +770,16 @@ class Evaluator(Scopes):
     def exec_block(self, stmts: list[ast.stmt], frame: Frame) -> None:
         """Run statements in ``frame`` (`liftgate.detect.py_exec.Executor.exec_block`)."""
         raise NotImplementedError
+
+
+def _where_reached(masked: AV, joined: AV) -> AV:
+    """A function's result: on each lane, the returns that lane reaches (``masked``); on a lane that
+    reaches none (the function raises there, or its guards are undecided), the join of all returns,
+    so that a raise is not read as a ``False`` result."""
+    if not masked.arch:
+        return masked if all(masked.lane(i) for i in range(lane_count())) else joined
+    sets = [masked.lane(i) or joined.lane(i) for i in range(lane_count())]
+    return combine([masked, joined], sets)
 
 
 def _def_line(cls: ast.ClassDef, name: str) -> int | None:

@@ -19,8 +19,10 @@ from liftgate.detect.py_domain import (
     filtered,
     item_at,
     iterate,
+    merge_by_truth,
     merge_envs,
     not_value,
+    reached,
 )
 from liftgate.detect.py_eval import Evaluator
 from liftgate.detect.py_gates import block_span, is_guard, raises, terminates
@@ -77,9 +79,22 @@ class Executor(Evaluator):
             if isinstance(sub, (ast.IfExp, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
                 self.eval(sub, frame)
 
-    def _assign(self, target: ast.expr, value: AV, frame: Frame) -> None:
+    def _assign(self, target: ast.expr, value: AV, frame: Frame, source: ast.expr | None = None) -> None:
         if isinstance(target, ast.Name):
+            if frame.attributes_bound:
+                stale = f"{target.id}."
+                for key in [k for k in frame.env if k.startswith(stale)]:
+                    del frame.env[key]
             frame.env[target.id] = value
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+            # `self.x = …` is read back as `self.x` later in this function (keyed "self.x", which no
+            # name can collide with), and recorded for the other methods when the class is captured.
+            frame.env[f"{target.value.id}.{target.attr}"] = value
+            frame.attributes_bound = True
+            if frame.captures is not None and target.value.id == frame.self_name:
+                shown = short(frame.module.segment(source), 100) if source is not None else "…"
+                captured = (reached(value, frame.guards), target.lineno, shown)
+                frame.captures.setdefault(target.attr, []).append(captured)
         elif isinstance(target, (ast.Tuple, ast.List)):
             for index, element in enumerate(target.elts):
                 if isinstance(element, ast.Starred):
@@ -94,7 +109,7 @@ class Executor(Evaluator):
         if frame.sink is not None and not frame.scope:
             value = self._module_level_binding(stmt, value, frame)
         for target in stmt.targets:
-            self._assign(target, value, frame)
+            self._assign(target, value, frame, stmt.value)
             if value.arch and isinstance(target, ast.Attribute):
                 self.arch_names.add(
                     target.attr
@@ -126,7 +141,7 @@ class Executor(Evaluator):
     def _exec_AnnAssign(self, stmt: ast.AnnAssign, frame: Frame) -> None:
         if stmt.value is not None:
             self._scan_expression(stmt.value, frame)
-            self._assign(stmt.target, self.eval(stmt.value, frame), frame)
+            self._assign(stmt.target, self.eval(stmt.value, frame), frame, stmt.value)
 
     def _exec_AugAssign(self, stmt: ast.AugAssign, frame: Frame) -> None:
         if isinstance(stmt.target, ast.Name):
@@ -176,8 +191,12 @@ class Executor(Evaluator):
             self._scan_expression(stmt.test, frame)
         truths = truth_lanes(test)
         certain = None if test.arch else (truths[0] if len(set(truths)) == 1 else None)
+        if certain == Truth3.MAYBE:
+            certain = None  # either way on every device: both branches run, and what follows knows which
         before = dict(frame.env)
         branches: list[dict[str, AV]] = []
+        body_env: dict[str, AV] | None = None
+        else_env: dict[str, AV] | None = None
         body_term = terminates(stmt.body)
         else_term = bool(stmt.orelse) and terminates(stmt.orelse)
         if certain != Truth3.FALSE:
@@ -185,7 +204,8 @@ class Executor(Evaluator):
             self.exec_block(stmt.body, frame)
             frame.guards.pop()
             if not body_term:
-                branches.append(frame.env)
+                body_env = frame.env
+                branches.append(body_env)
         frame.env = dict(before)
         if certain != Truth3.TRUE:
             frame.guards.append((not_value(test), f"not ({text})"))
@@ -195,8 +215,13 @@ class Executor(Evaluator):
                 self.exec_block(stmt.orelse, frame)
             frame.guards.pop()
             if not else_term:
-                branches.append(frame.env)
-        frame.env = merge_envs(before, branches)
+                else_env = frame.env
+                branches.append(else_env)
+        if test.arch:
+            # Each device continues from the branch it takes (the effective value, not the join).
+            frame.env = merge_by_truth(before, body_env, else_env, truths)
+        else:
+            frame.env = merge_envs(before, branches)
         # Code after `if X: return/raise` runs only where X is false.
         if body_term and not stmt.orelse and certain is None:
             frame.guards.append((not_value(test), f"not ({text})"))
@@ -326,6 +351,7 @@ class Executor(Evaluator):
         inner = Frame(
             frame.module, dict(frame.env), frame.closure, frame.cls, sink=frame.sink, scope=frame.scope
         )
+        inner.attributes_bound = frame.attributes_bound
         if len(node.generators) != 1:
             for gen in node.generators:
                 self._assign(gen.target, TOP, inner)

@@ -92,6 +92,14 @@ def terminates(stmts: list[ast.stmt]) -> bool:
             return True
         if isinstance(stmt, ast.If) and terminates(stmt.body) and stmt.orelse and terminates(stmt.orelse):
             return True
+        if isinstance(stmt, ast.Try) and (
+            terminates(stmt.finalbody)
+            or (
+                (terminates(stmt.body) or terminates(stmt.orelse))
+                and all(terminates(h.body) for h in stmt.handlers)
+            )
+        ):
+            return True  # `try: return op(x) except AttributeError: return False`
     return False
 
 

@@ -12,12 +12,13 @@ import ast
 import contextlib
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from liftgate.detect.py_binding import Module, decorator_name
 from liftgate.detect.py_exec import Executor
 from liftgate.detect.py_gates import GateEmitter
 from liftgate.detect.py_scope import Frame
-from liftgate.detect.pyvalues import AV, TOP, ClassRef, Instance, const, inferred_predicate
+from liftgate.detect.pyvalues import AV, TOP, ClassRef, Instance, const, inferred_predicate, join
 
 # Files worth a full walk mention the device's capability or an arch-named helper. Plain
 # substring tests on the lower-cased bytes: a regex alternation is ten times slower on 70 MB.
@@ -41,6 +42,16 @@ class Interpreter(Executor):
     """Evaluates expressions of the scanned modules over capability lanes and reports their gates
     (`liftgate.detect.python`'s module docstring tells what it follows)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Each function walked in gate mode, with the frame it was defined in: parametric walks
+        # (`walk_parametric`) go back to it. Their order keeps those walks deterministic.
+        self._walked_functions: dict[
+            int, tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame, tuple[str, ...], ClassRef | None]
+        ] = {}
+        self._function_order: dict[int, int] = {}
+        self._parametric_done: dict[int, tuple[tuple[str, int], ...]] = {}
+
     def function_gate_walk(self, module: Module, sink: GateEmitter) -> None:
         """Walk the module's top level and classes, and each function that can hold a gate, reporting gates.
 
@@ -60,6 +71,43 @@ class Interpreter(Executor):
                 self.deferred.append(item)
             else:
                 self._walk_function(stmt, frame, scope, cls)
+
+    def walk_parametric(self) -> int:
+        """Walk again, in gate mode, each function whose callers pass it a device-dependent value,
+        with those parameters bound to what the callers pass (joined over the call sites, each site
+        in the evidence): ``def supported(capability): return capability >= 110`` called as
+        ``supported(cap.to_int())`` is a gate at its ``return``, read with the caller's value. A
+        walk may find calls of its own (a capability passed down several frames), for the next
+        call of this. Returns how many functions were walked."""
+        walked = 0
+        for node_id in sorted(self.call_sites, key=lambda n: self._function_order.get(n, 0)):
+            sites = self.call_sites[node_id]
+            signature = tuple(sorted((name, len(entries)) for name, entries in sites.items()))
+            context = self._walked_functions.get(node_id)
+            if context is None or self._parametric_done.get(node_id) == signature:
+                continue
+            self._parametric_done[node_id] = signature
+            stmt, frame, scope, cls = context
+            bound: dict[str, AV] = {}
+            for name, entries in sites.items():
+                value = join([v for v, _ in entries])
+                steps = [site for _, site in entries[:3]]
+                bound[name] = value.with_trail(*steps)
+            self._walk_function(stmt, frame, scope, cls, bound)
+            walked += 1
+        return walked
+
+    def _remember(
+        self,
+        stmt: ast.FunctionDef | ast.AsyncFunctionDef,
+        frame: Frame,
+        scope: tuple[str, ...],
+        cls: ClassRef | None,
+    ) -> None:
+        node_id = id(stmt)
+        if node_id not in self._walked_functions:
+            self._walked_functions[node_id] = (stmt, frame, scope, cls)
+            self._function_order[node_id] = len(self._function_order)
 
     def _identifiers(self, module: Module, node: ast.AST) -> frozenset[str]:
         found = self._identifier_cache.get(id(node))
@@ -87,10 +135,12 @@ class Interpreter(Executor):
                 ref = self.class_ref(frame.module, stmt, ".".join((*scope, stmt.name)))
                 class_frame = Frame(frame.module, {}, {}, cls=ref, sink=frame.sink)
                 self._walk_block(stmt.body, class_frame, (*scope, stmt.name), ref)
-            elif self._worth_walking(frame.module, stmt):
-                self._walk_function(stmt, frame, scope, cls)
             else:
-                self.deferred.append((stmt, frame, scope, cls))
+                self._remember(stmt, frame, scope, cls)
+                if self._worth_walking(frame.module, stmt):
+                    self._walk_function(stmt, frame, scope, cls)
+                else:
+                    self.deferred.append((stmt, frame, scope, cls))
 
     def _walk_function(
         self,
@@ -98,7 +148,9 @@ class Interpreter(Executor):
         frame: Frame,
         scope: tuple[str, ...],
         cls: ClassRef | None,
+        bound: dict[str, AV] | None = None,
     ) -> None:
+        self._remember(stmt, frame, scope, cls)
         env: dict[str, AV] = {}
         spec = stmt.args
         params = [*spec.posonlyargs, *spec.args]
@@ -119,11 +171,17 @@ class Interpreter(Executor):
             env[spec.vararg.arg] = TOP
         if spec.kwarg:
             env[spec.kwarg.arg] = TOP
+        if bound:
+            env.update((name, value) for name, value in bound.items() if name in env)
         closure = {**frame.closure, **frame.env}
         inner = Frame(frame.module, env, closure, cls=cls, sink=frame.sink)
         self._walk_block(stmt.body, inner, (*scope, stmt.name), None)
         if any(value.arch for value, _ in inner.returns):
             self.arch_names.add(stmt.name)
+        if inner.attributes_bound:
+            # `self.x = False; if is_sm100(): self.x = …`: arch-dependent only after the branches
+            # merge, so the methods reading `self.x` are found here rather than at an assignment.
+            self.arch_names.update(k.split(".", 1)[1] for k, v in inner.env.items() if "." in k and v.arch)
 
     def _param_value(
         self,

@@ -14,15 +14,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from liftgate.detect.py_binding import Module, short
-from liftgate.detect.py_domain import item_at
+from liftgate.detect.py_domain import elements_of, item_at
 from liftgate.detect.py_gates import GateEmitter
 from liftgate.detect.py_models import BUILTIN_NAMES, MODEL_WINS
+from liftgate.detect.py_runtime_objects import RuntimeObject, runtime_object
 from liftgate.detect.pyvalues import (
     AV,
     TOP,
     ClassRef,
     ExternalRef,
     FuncRef,
+    Instance,
     ModuleRef,
     PartialRef,
     const,
@@ -62,6 +64,11 @@ class Frame:
     sink: GateEmitter | None = None
     scope: tuple[str, ...] = ()
     lazy: dict[str, tuple[str, str]] = field(default_factory=dict)  # imported names not yet resolved
+    attributes_bound: bool = False  # env holds "name.attr" entries (`self.x = …` in this function)
+    # Capturing a method for the other methods of its class: each `<self_name>.attr = value`, with
+    # the value on the lanes that reach that assignment.
+    captures: dict[str, list[tuple[AV, int, str]]] | None = None
+    self_name: str | None = None
 
 
 class Scopes:
@@ -78,7 +85,8 @@ class Scopes:
         self._depth = 0
         self.arch_names: set[str] = set()  # module-level names found to carry an arch-dependent value
         self._suffix_index: dict[str, str] | None = None
-        self._self_indexes: dict[int, dict[str, list[tuple[str, ast.Assign | ast.AnnAssign]]]] = {}
+        self._self_indexes: dict[int, dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]] = {}
+        self._captures: dict[tuple[str, int, int], dict[str, list[tuple[AV, int, str]]]] = {}
         self._self_values: dict[tuple[str, int, str], AV] = {}
         self._steps = 0
         self._nesting = 0  # evaluations in progress (see py_eval.MAX_EVAL_NESTING)
@@ -87,6 +95,9 @@ class Scopes:
             tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame, tuple[str, ...], ClassRef | None]
         ] = []
         self._identifier_cache: dict[int, frozenset[str]] = {}
+        # Parameters that callers fill with a device-dependent value: function node id → parameter →
+        # (value, the call site) — at most 8 sites a parameter (`Evaluator._record_call_site`).
+        self.call_sites: dict[int, dict[str, list[tuple[AV, Evidence]]]] = {}
 
     # modules
 
@@ -124,6 +135,11 @@ class Scopes:
         return const(ExternalRef(name))
 
     def module_attribute(self, module: Module, name: str, seen: frozenset[str] = frozenset()) -> AV | None:
+        chosen = runtime_object(module.name, name)
+        if chosen is not None:
+            found = self._runtime_instance(module, name, chosen)
+            if found is not None:
+                return found
         if name in module.bindings:
             return self.global_value(module, name)
         for star in module.star_imports:
@@ -141,6 +157,35 @@ class Scopes:
             return const(module.name)
         return None
 
+    def _runtime_instance(self, module: Module, name: str, chosen: RuntimeObject) -> AV | None:
+        """``vllm.platforms.current_platform``: an instance of the class the stack picks on an NVIDIA
+        GPU (`liftgate/data/py_objects.json`), read from the scanned source; None when that class's
+        module is not in the scan."""
+        key = (module.name, f"<object {name}>")
+        cached = self._globals.get(key)
+        if cached is not None:
+            return cached
+        class_module, _, class_name = chosen.cls.rpartition(".")
+        other = self.module(class_module)
+        if other is None or key in self._in_progress:
+            return None
+        self._in_progress.add(key)
+        try:
+            classes = self.module_attribute(other, class_name)
+        finally:
+            self._in_progress.discard(key)
+        refs = [x for x in elements_of(classes)] if classes is not None else []
+        if not refs or not all(isinstance(x, ClassRef) for x in refs):
+            return None
+        step = Evidence(
+            f"{name} is {chosen.cls} on an NVIDIA GPU (liftgate's data: {chosen.source.split(':')[0]})",
+            module.path,
+            None,
+        )
+        value = join([const(Instance(ref)) for ref in refs if isinstance(ref, ClassRef)]).with_trail(step)
+        self._globals[key] = value
+        return value
+
     def global_value(self, module: Module, name: str) -> AV:
         key = (module.name, name)
         cached = self._globals.get(key)
@@ -150,7 +195,9 @@ class Scopes:
             return TOP
         self._in_progress.add(key)
         try:
-            values = [self._binding_value(module, name, b) for b in module.bindings.get(name, ())[:6]]
+            bindings = module.bindings.get(name, ())
+            chosen = [*bindings[:6], *[b for b in bindings[6:] if b[0] == "rebound"][:2]]
+            values = [self._binding_value(module, name, b) for b in chosen]
             value = join(values) if values else TOP
         finally:
             self._in_progress.discard(key)
@@ -174,7 +221,9 @@ class Scopes:
             assert isinstance(extra, tuple)
             source, attr = extra
             return self.import_from(str(source), str(attr), module.path, getattr(node, "lineno", None))
-        frame = Frame(module, {}, {})
+        # A function's rebinding ("rebound") is evaluated with that function's own names unknown.
+        own = extra if kind == "rebound" and isinstance(extra, frozenset) else frozenset()
+        frame = Frame(module, {str(n): TOP for n in own}, {})
         assert isinstance(node, ast.expr)
         value = self.eval(node, frame)
         if kind == "unpack":

@@ -213,11 +213,13 @@ class PythonAnalyzer:
                         )
                     except Exception as exc:  # a bug: this module's gates are lost, not the others'
                         self.skips.append(not_analysed(module.path, module.package, exc))
-                for _again in range(3):
+                for _again in range(4):
                     known = len(self.interpreter.arch_names)
                     with contextlib.suppress(RecursionError):
                         self.interpreter.walk_deferred()
-                    if len(self.interpreter.arch_names) == known:
+                    with contextlib.suppress(RecursionError):
+                        parametric = self.interpreter.walk_parametric()
+                    if len(self.interpreter.arch_names) == known and not parametric:
                         break
                 names = sorted(
                     n for n in self.interpreter.arch_names if len(n) > 3 and not n.startswith("__")
