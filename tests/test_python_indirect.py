@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from liftgate.detect.py_runtime_objects import parse_objects, runtime_objects
 from liftgate.detect.python import detect_py_runtime, source_from_file
 from liftgate.detect.runtime_arch import archs_for_capabilities
 from liftgate.model import Confidence, Gate
@@ -145,3 +146,16 @@ def test_gates_are_the_same_whatever_the_file_order() -> None:
     assert [(g.id, g.admitted, g.evidence) for g in forward] == [
         (g.id, g.admitted, g.evidence) for g in backward
     ]
+
+
+def test_runtime_object_data_is_checked() -> None:
+    shipped = runtime_objects()
+    assert shipped[("vllm.platforms", "current_platform")].cls == "vllm.platforms.cuda.CudaPlatform"
+    assert all(obj.source for obj in shipped.values())
+    entry = {"module": "m", "name": "o", "class": "m.C", "source": "m.py"}
+    with pytest.raises(ValueError, match="listed twice"):
+        parse_objects({"schema_version": 1, "objects": [entry, entry]})
+    with pytest.raises(ValueError, match="dotted class"):
+        parse_objects({"schema_version": 1, "objects": [{**entry, "class": "C"}]})
+    with pytest.raises(ValueError, match="schema_version"):
+        parse_objects({"schema_version": 2, "objects": []})

@@ -137,15 +137,20 @@ def collect_bindings(module: Module) -> None:
     _bind_rebound_globals(module)
 
 
+_GLOBAL_STATEMENT = re.compile(r"^[ \t]*global[ \t]+\w", re.MULTILINE)
+
+
 def _bind_rebound_globals(module: Module) -> None:
     """A module global that a function rebinds (``global _config; _config = config``) is not its
     module-level value alone: each such assignment is a binding too ("rebound"), evaluated with the
     function's own names unknown, so ``_current_config = None`` set later by ``set_config(config)``
     reads "None or anything", not "None"."""
-    if not any(isinstance(n, ast.Global) for n in ast.walk(module.tree)):
-        return
+    if _GLOBAL_STATEMENT.search(module.text) is None:
+        return  # a text search: walking every module's tree for a `global` cost seconds
     for func in ast.walk(module.tree):
         if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if _GLOBAL_STATEMENT.search(module.segment(func)) is None:
             continue
         declared = {name for stmt in ast.walk(func) if isinstance(stmt, ast.Global) for name in stmt.names}
         if not declared:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 
 from liftgate.detect.py_binding import decorator_name, short
 from liftgate.detect.py_domain import (
@@ -448,7 +449,29 @@ class Evaluator(Scopes):
                 scope[name] = found
         return scope
 
+    def _record_fields(
+        self, cls: ClassRef, args: list[AV], kwargs: dict[str, AV]
+    ) -> tuple[tuple[str, AV], ...]:
+        """The device-dependent fields of a dataclass or NamedTuple built from these arguments
+        (positional in declaration order, then by keyword); () for any other class."""
+        info = self._classes.get(cls.key)
+        if info is None or not _declares_fields(info.node):
+            return ()
+        names = [
+            stmt.target.id
+            for stmt in info.node.body
+            if isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and "ClassVar" not in info.module.segment(stmt.annotation)
+        ]
+        bound: dict[str, AV] = dict(zip(names, args, strict=False))
+        bound.update((k, v) for k, v in kwargs.items() if k in names)
+        return tuple((k, v) for k, v in bound.items() if v.arch)
+
     def _instance_attribute(self, inst: Instance, name: str, frame: Frame, node: ast.AST) -> AV:
+        for field_name, value in inst.fields:
+            if field_name == name:
+                return value
         found = self._class_attribute(inst.cls, name, inst, frame, node)
         if found is not None:
             return found
@@ -467,39 +490,86 @@ class Evaluator(Scopes):
             return result.with_trail(step) if result.arch else result
         return self._unknown_attribute(name, frame, node)
 
-    def _self_index(self, cls: ClassRef) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
-        """The methods of the class that assign ``self.<attr>``, by attribute name (built once per class)."""
-        index = self._self_indexes.get(cls.key)
-        if index is not None:
-            return index
-        index = {}
+    def _self_entries(self, cls: ClassRef, name: str) -> list[SelfAssignments]:
+        """The methods of the class that assign ``self.<name>``, with those assignments. Which
+        attributes a method assigns is read from its text once per class (a regular expression);
+        a method's syntax tree is walked once, and only when an attribute it assigns is read."""
+        key = (cls.key, name)
+        found_entries = self._self_indexes.get(key)
+        if found_entries is not None:
+            return found_entries
+        entries: list[SelfAssignments] = []
         info = self._classes.get(cls.key)
         if info is not None:
+            for method in self._assigning_methods(cls, info).get(name, ()):
+                summary = self._method_summary(info, method)
+                assigns = summary.assigns.get(name)
+                if not assigns:
+                    continue
+                # Run the method only where the value needs it: a local in the value, or an
+                # assignment under a branch; otherwise the value alone is read (cheaper).
+                needs_run = any(
+                    id(a) not in summary.top_level
+                    or a.value is None
+                    or not summary.local.isdisjoint(
+                        n.id for n in ast.walk(a.value) if isinstance(n, ast.Name)
+                    )
+                    for a in assigns
+                )
+                entries.append(SelfAssignments(method, summary.self_name, assigns, needs_run))
+            # initialisers first: the attributes that gate code are set up front
+            entries.sort(key=lambda m: not _INITIALIZER.match(m.method.name))
+        self._self_indexes[key] = entries
+        return entries
+
+    def _assigning_methods(
+        self, cls: ClassRef, info: ClassInfo
+    ) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
+        index = self._assigners.get(cls.key)
+        if index is None:
+            index = {}
             for stmt in info.node.body:
                 if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or not stmt.args.args:
                     continue
-                self_name = stmt.args.args[0].arg
-                for sub in ast.walk(stmt):
-                    if isinstance(sub, ast.Assign):
-                        targets = sub.targets
-                    elif isinstance(sub, ast.AnnAssign) and sub.value is not None:
-                        targets = [sub.target]
-                    else:
-                        continue
-                    for target in targets:
-                        if (
-                            isinstance(target, ast.Attribute)
-                            and isinstance(target.value, ast.Name)
-                            and target.value.id == self_name
-                        ):
-                            methods = index.setdefault(target.attr, [])
-                            if stmt not in methods:
-                                methods.append(stmt)
-            for methods in index.values():
-                # initialisers first: the attributes that gate code are set up front
-                methods.sort(key=lambda m: not _INITIALIZER.match(m.name))
-        self._self_indexes[cls.key] = index
+                self_name = re.escape(stmt.args.args[0].arg)
+                text = info.module.segment(stmt)
+                for m in re.finditer(rf"\b{self_name}\.(\w+)\s*(?::[^=\n]*)?=(?!=)", text):
+                    methods = index.setdefault(m.group(1), [])
+                    if not methods or methods[-1] is not stmt:
+                        methods.append(stmt)
+            self._assigners[cls.key] = index
         return index
+
+    def _method_summary(
+        self, info: ClassInfo, method: ast.FunctionDef | ast.AsyncFunctionDef
+    ) -> MethodSummary:
+        summary = self._summaries.get(id(method))
+        if summary is None:
+            self_name = method.args.args[0].arg
+            assigns: dict[str, list[ast.Assign | ast.AnnAssign]] = {}
+            local = _local_names(method) - {self_name}
+            for sub in ast.walk(method):
+                if isinstance(sub, ast.Assign):
+                    targets = sub.targets
+                elif isinstance(sub, ast.AnnAssign) and sub.value is not None:
+                    targets = [sub.target]
+                else:
+                    continue
+                for t in targets:
+                    if (
+                        isinstance(t, ast.Attribute)
+                        and isinstance(t.value, ast.Name)
+                        and t.value.id == self_name
+                    ):
+                        assigns.setdefault(t.attr, []).append(sub)
+            summary = MethodSummary(
+                self_name,
+                {k: tuple(v) for k, v in assigns.items()},
+                frozenset(local),
+                frozenset(id(s) for s in method.body),
+            )
+            self._summaries[id(method)] = summary
+        return summary
 
     def _captured(
         self, cls: ClassRef, info: ClassInfo, method: ast.FunctionDef | ast.AsyncFunctionDef
@@ -545,14 +615,23 @@ class Evaluator(Scopes):
         if key in self._in_progress:
             return TOP
         info = self._classes.get(cls.key)
-        methods = self._self_index(cls).get(name)
+        methods = self._self_entries(cls, name)
         if info is None or not methods:
             return None
         values: list[AV] = []
         self._in_progress.add(key)
         try:
-            for method in methods[:8]:
-                for value, line, shown in self._captured(cls, info, method).get(name, ()):
+            for entry in methods[:8]:
+                if entry.needs_run:
+                    captured = self._captured(cls, info, entry.method).get(name, [])
+                else:
+                    frame = Frame(info.module, {entry.self_name: const(Instance(cls))}, {}, cls=cls)
+                    captured = [
+                        (self.eval(a.value, frame), a.lineno, short(info.module.segment(a.value), 100))
+                        for a in entry.assigns
+                        if a.value is not None
+                    ]
+                for value, line, shown in captured:
                     if value.arch:
                         step = Evidence(f"self.{name} = {shown}", info.module.path, line)
                         value = value.with_trail(step)
@@ -634,6 +713,10 @@ class Evaluator(Scopes):
                 return self._call_concrete(element, args, kwargs)
             return self._call_one(element.func, [const(element.receiver), *args], kwargs, frame, node)
         if isinstance(element, ClassRef):
+            if any(a.arch for a in args) or any(v.arch for v in kwargs.values()):
+                fields = self._record_fields(element, args, kwargs)
+                if fields:
+                    return const(Instance(element, fields))
             return const(Instance(element))
         if isinstance(element, (ExternalRef, Builtin)):
             return call_model(self, element, args, kwargs, frame, node)
@@ -770,6 +853,46 @@ class Evaluator(Scopes):
     def exec_block(self, stmts: list[ast.stmt], frame: Frame) -> None:
         """Run statements in ``frame`` (`liftgate.detect.py_exec.Executor.exec_block`)."""
         raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class SelfAssignments:
+    """One method's assignments of one ``self.<attr>``, and whether reading them needs the method run."""
+
+    method: ast.FunctionDef | ast.AsyncFunctionDef
+    self_name: str
+    assigns: tuple[ast.Assign | ast.AnnAssign, ...]
+    needs_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSummary:
+    """What one walk of a method tells about its ``self.`` assignments."""
+
+    self_name: str
+    assigns: dict[str, tuple[ast.Assign | ast.AnnAssign, ...]]
+    local: frozenset[str]
+    top_level: frozenset[int]
+
+
+def _local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    spec = func.args
+    names = {a.arg for a in (*spec.posonlyargs, *spec.args, *spec.kwonlyargs)}
+    names |= {a.arg for a in (spec.vararg, spec.kwarg) if a is not None}
+    names |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return names
+
+
+def _declares_fields(node: ast.ClassDef) -> bool:
+    """A dataclass (``@dataclass``, ``@dataclasses.dataclass(frozen=True)``) or a ``NamedTuple``:
+    its constructor's arguments are its annotated fields, in order."""
+    if any(decorator_name(d).split(".")[-1] == "dataclass" for d in node.decorator_list):
+        return True
+    return any(
+        (isinstance(b, ast.Name) and b.id == "NamedTuple")
+        or (isinstance(b, ast.Attribute) and b.attr == "NamedTuple")
+        for b in node.bases
+    )
 
 
 def _where_reached(masked: AV, joined: AV) -> AV:

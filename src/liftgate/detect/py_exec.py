@@ -34,6 +34,7 @@ from liftgate.detect.pyvalues import (
     FuncRef,
     PartialRef,
     Truth3,
+    carries_arch,
     const,
     is_marker,
     lift,
@@ -136,6 +137,8 @@ class Executor(Evaluator):
             value = value.with_trail(step)
             if value.arch:
                 self.arch_names.update(names)
+        if carries_arch(value) and not value.arch:
+            self.arch_names.update(names)
         return value
 
     def _exec_AnnAssign(self, stmt: ast.AnnAssign, frame: Frame) -> None:

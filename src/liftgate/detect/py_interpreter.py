@@ -18,7 +18,16 @@ from liftgate.detect.py_binding import Module, decorator_name
 from liftgate.detect.py_exec import Executor
 from liftgate.detect.py_gates import GateEmitter
 from liftgate.detect.py_scope import Frame
-from liftgate.detect.pyvalues import AV, TOP, ClassRef, Instance, const, inferred_predicate, join
+from liftgate.detect.pyvalues import (
+    AV,
+    TOP,
+    ClassRef,
+    Instance,
+    carries_arch,
+    const,
+    inferred_predicate,
+    join,
+)
 
 # Files worth a full walk mention the device's capability or an arch-named helper. Plain
 # substring tests on the lower-cased bytes: a regex alternation is ten times slower on 70 MB.
@@ -176,7 +185,7 @@ class Interpreter(Executor):
         closure = {**frame.closure, **frame.env}
         inner = Frame(frame.module, env, closure, cls=cls, sink=frame.sink)
         self._walk_block(stmt.body, inner, (*scope, stmt.name), None)
-        if any(value.arch for value, _ in inner.returns):
+        if any(carries_arch(value) for value, _ in inner.returns):
             self.arch_names.add(stmt.name)
         if inner.attributes_bound:
             # `self.x = False; if is_sm100(): self.x = …`: arch-dependent only after the branches

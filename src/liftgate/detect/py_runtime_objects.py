@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
-__all__ = ["RuntimeObject", "runtime_object", "runtime_objects"]
+__all__ = ["RuntimeObject", "parse_objects", "runtime_object", "runtime_objects"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,13 @@ class RuntimeObject:
 @cache
 def runtime_objects() -> dict[tuple[str, str], RuntimeObject]:
     """The data file, loaded and checked once (a bad entry fails at load, naming it)."""
-    raw = json.loads(resources.files("liftgate.data").joinpath("py_objects.json").read_text("utf-8"))
+    return parse_objects(
+        json.loads(resources.files("liftgate.data").joinpath("py_objects.json").read_text("utf-8"))
+    )
+
+
+def parse_objects(raw: dict[str, Any]) -> dict[tuple[str, str], RuntimeObject]:
+    """The entries of a ``py_objects.json`` document, keyed by (module, name); ValueError names a bad one."""
     if raw.get("schema_version") != 1:
         raise ValueError("py_objects.json: schema_version must be 1")
     out: dict[tuple[str, str], RuntimeObject] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from liftgate.detect.py_binding import Module, short
 from liftgate.detect.py_domain import elements_of, item_at
@@ -27,6 +28,7 @@ from liftgate.detect.pyvalues import (
     Instance,
     ModuleRef,
     PartialRef,
+    carries_arch,
     const,
     inferred_predicate,
     join,
@@ -85,7 +87,9 @@ class Scopes:
         self._depth = 0
         self.arch_names: set[str] = set()  # module-level names found to carry an arch-dependent value
         self._suffix_index: dict[str, str] | None = None
-        self._self_indexes: dict[int, dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]] = {}
+        self._self_indexes: dict[tuple[int, str], list[Any]] = {}  # py_eval.SelfAssignments
+        self._assigners: dict[int, dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]] = {}
+        self._summaries: dict[int, Any] = {}  # py_eval.MethodSummary, by method node
         self._captures: dict[tuple[str, int, int], dict[str, list[tuple[AV, int, str]]]] = {}
         self._self_values: dict[tuple[str, int, str], AV] = {}
         self._steps = 0
@@ -201,7 +205,7 @@ class Scopes:
             value = join(values) if values else TOP
         finally:
             self._in_progress.discard(key)
-        if value.arch:
+        if carries_arch(value):
             self.arch_names.add(name)
         self._globals[key] = value
         return value

@@ -331,6 +331,9 @@ class ClassRef(Opaque):
 @dataclass(frozen=True, slots=True)
 class Instance(Opaque):
     cls: ClassRef
+    # A dataclass or NamedTuple built with device-dependent fields (`KernelConfig(use_tma=cap >= 90)`):
+    # those fields' values, read back by `cfg.use_tma` wherever the instance flows.
+    fields: tuple[tuple[str, AV], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,3 +682,11 @@ def render_value(value: AV) -> str:
     if isinstance(v, Opaque):
         return getattr(v, "name", "…")
     return repr(v)
+
+
+def carries_arch(value: AV) -> bool:
+    """The value differs between devices, or holds an object whose fields do (a dataclass built from
+    the capability): a name bound to it deserves the walk of the functions that read it."""
+    if value.arch:
+        return True
+    return any(isinstance(x, Instance) and x.fields for s in value.sets for x in s)

@@ -95,6 +95,9 @@ class PythonDetector:
                 gates.extend(detection.gates)
                 skips.extend(detection.skips)
             skips.extend(analyzer.skips)
+            # Dropped while the collector is still off: freed by reference counts, not by a full
+            # collection over millions of syntax-tree objects the moment it is back on.
+            del analyzer
         finally:
             if gc_was_enabled:
                 gc.enable()
