@@ -194,7 +194,7 @@ class Evaluator(Scopes):
     def _eval_BoolOp(self, node: ast.BoolOp, frame: Frame) -> AV:
         values = [self.eval(v, frame) for v in node.values]
         texts = [frame.module.segment(v) for v in node.values]
-        if any(v.arch for v in values):
+        if self.assume and any(v.arch for v in values):
             # Facts that do not depend on the device are assumed favourable and reported.
             kept, deps = [], []
             for value, text in zip(values, texts, strict=True):

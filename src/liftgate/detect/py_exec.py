@@ -192,6 +192,10 @@ class Executor(Evaluator):
         if frame.sink is not None:
             self._report_if(stmt, test, frame, directive)
             self._scan_expression(stmt.test, frame)
+        # The gate is the test read with the non-device facts assumed favourable; the control flow is
+        # not: `if backend == "sparse" and not is_sm120: raise` does not stop every non-12.x device,
+        # and a lifted guard must not make the code behind it look device-dependent.
+        test = self.strict(stmt.test, frame) if test.deps else test
         truths = truth_lanes(test)
         certain = None if test.arch else (truths[0] if len(set(truths)) == 1 else None)
         if certain == Truth3.MAYBE:
@@ -230,6 +234,14 @@ class Executor(Evaluator):
             frame.guards.append((not_value(test), f"not ({text})"))
         elif else_term and not body_term and certain is None:
             frame.guards.append((test, text))
+
+    def strict(self, node: ast.expr, frame: Frame) -> AV:
+        """``node`` with no fact assumed: an operand that does not depend on the device stays unknown."""
+        saved, self.assume = self.assume, False
+        try:
+            return self.eval(node, frame)
+        finally:
+            self.assume = saved
 
     def _report_if(self, stmt: ast.If, test: AV, frame: Frame, directive: str) -> None:
         assert frame.sink is not None

@@ -93,6 +93,9 @@ class Scopes:
         self._captures: dict[tuple[str, int, int], dict[str, list[tuple[AV, int, str]]]] = {}
         self._self_values: dict[tuple[str, int, str], AV] = {}
         self._steps = 0
+        # Non-device facts in a condition are assumed favourable (`Evaluator._eval_BoolOp`); off while
+        # the control flow is followed (`Executor.strict`).
+        self.assume = True
         self._nesting = 0  # evaluations in progress (see py_eval.MAX_EVAL_NESTING)
         self.too_deep: dict[str, None] = {}  # modules with an expression nested past the bound
         self.deferred: list[
