@@ -155,13 +155,7 @@ def _bind_rebound_globals(module: Module) -> None:
         declared = {name for stmt in ast.walk(func) if isinstance(stmt, ast.Global) for name in stmt.names}
         if not declared:
             continue
-        spec = func.args
-        local = {a.arg for a in (*spec.posonlyargs, *spec.args, *spec.kwonlyargs)}
-        local |= {a.arg for a in (spec.vararg, spec.kwarg) if a is not None}
-        for sub in ast.walk(func):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id not in declared:
-                local.add(sub.id)
-        names = frozenset(local)
+        names = frozenset(local_names(func) - declared)
         for sub in ast.walk(func):
             if isinstance(sub, ast.Assign):
                 pairs = [(t, sub.value) for t in sub.targets]
@@ -172,6 +166,15 @@ def _bind_rebound_globals(module: Module) -> None:
             for target, value in pairs:
                 if isinstance(target, ast.Name) and target.id in declared and target.id in module.bindings:
                     module.bindings[target.id].append(("rebound", value, names))
+
+
+def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names a function binds: its parameters and every name it assigns (``global`` ones included)."""
+    spec = func.args
+    names = {a.arg for a in (*spec.posonlyargs, *spec.args, *spec.kwonlyargs)}
+    names |= {a.arg for a in (spec.vararg, spec.kwarg) if a is not None}
+    names |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return names
 
 
 def _bind_target(

@@ -13,7 +13,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from liftgate.detect.py_binding import decorator_name, short
+from liftgate.detect.py_binding import decorator_name, local_names, short
 from liftgate.detect.py_domain import (
     all_dicts,
     and_values,
@@ -547,7 +547,7 @@ class Evaluator(Scopes):
         if summary is None:
             self_name = method.args.args[0].arg
             assigns: dict[str, list[ast.Assign | ast.AnnAssign]] = {}
-            local = _local_names(method) - {self_name}
+            local = local_names(method) - {self_name}
             for sub in ast.walk(method):
                 if isinstance(sub, ast.Assign):
                     targets = sub.targets
@@ -873,14 +873,6 @@ class MethodSummary:
     assigns: dict[str, tuple[ast.Assign | ast.AnnAssign, ...]]
     local: frozenset[str]
     top_level: frozenset[int]
-
-
-def _local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    spec = func.args
-    names = {a.arg for a in (*spec.posonlyargs, *spec.args, *spec.kwonlyargs)}
-    names |= {a.arg for a in (spec.vararg, spec.kwarg) if a is not None}
-    names |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    return names
 
 
 def _declares_fields(node: ast.ClassDef) -> bool:

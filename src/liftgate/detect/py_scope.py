@@ -181,15 +181,16 @@ class Scopes:
             classes = self.module_attribute(other, class_name)
         finally:
             self._in_progress.discard(key)
-        refs = [x for x in elements_of(classes)] if classes is not None else []
-        if not refs or not all(isinstance(x, ClassRef) for x in refs):
+        elements = elements_of(classes) if classes is not None else []
+        refs = [x for x in elements if isinstance(x, ClassRef)]
+        if not refs or len(refs) != len(elements):  # something other than the class: not the data's case
             return None
         step = Evidence(
             f"{name} is {chosen.cls} on an NVIDIA GPU (liftgate's data: {chosen.source.split(':')[0]})",
             module.path,
             None,
         )
-        value = join([const(Instance(ref)) for ref in refs if isinstance(ref, ClassRef)]).with_trail(step)
+        value = join([const(Instance(ref)) for ref in refs]).with_trail(step)
         self._globals[key] = value
         return value
 
