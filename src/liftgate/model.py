@@ -123,12 +123,17 @@ class BuildTarget:
 @dataclass(frozen=True, slots=True)
 class MacroOrigin:
     """Where a macro a CUDA gate tests is ``#define``d, and the condition it is defined under
-    (empty: unconditionally). A lift of such a gate edits the gates around these sites."""
+    (empty: unconditionally). A lift of such a gate edits the gates around these sites.
+
+    For a flag the build passes only for some targets (``-DENABLE_NVFP4_SM120=1`` inside a CMake
+    arch gate's block), ``path`` and ``line`` are the flag's, ``condition`` the CMake gate's and
+    ``build_gate`` its id."""
 
     macro: str
     path: str | None
     line: int | None
     condition: str = ""
+    build_gate: str | None = None  # a -D the build passes: the CMake gate whose block passes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +144,27 @@ class BuildFlag:
     value: str | None
     path: str
     line: int
+
+
+class SwitchKind(str, enum.Enum):
+    BUILD_FLAG = "build-flag"  # a -D nothing in the package passes
+    ENVIRONMENT = "environment"  # an environment variable
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    """A setting that is off unless someone sets it and that turns an arch-specific path on.
+
+    The gate's own admitted set is read with the switch off (as it is by default); ``admitted``
+    and ``unknown`` are what the gate would admit with it set, and ``setting`` how to set it
+    (``-DCUTLASS_ENABLE_GDC_FOR_SM90``).
+    """
+
+    name: str
+    kind: SwitchKind
+    setting: str
+    admitted: ArchSet
+    unknown: ArchSet
 
 
 class Coverage(str, enum.Enum):
@@ -196,6 +222,7 @@ class Gate:
     passes: tuple[BuildFlag, ...] = ()  # cmake: the -D flags the admitted block passes
     build_macros: tuple[str, ...] = ()  # cpp-runtime: build flags (-D) the host code is compiled under
     coverage: BinaryCoverage | None = None  # binary: native and PTX-JIT archs
+    switches: tuple[Switch, ...] = ()  # settings off by default that would open the gate
 
     @property
     def excluded(self) -> ArchSet:

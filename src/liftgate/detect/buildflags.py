@@ -1,4 +1,13 @@
-"""The build-flag link: host code compiled only under a ``-D`` flag, tied to the CMake gates that pass it.
+"""Build flags as arch facts: ``-D`` flags a package's build passes only for some targets.
+
+Two uses. `arch_flags` reads, before the C-family files are analysed, which macros the package's
+CMake files pass only inside the block of an arch gate (``list(APPEND VLLM_GPU_FLAGS
+"-DENABLE_NVFP4_SM120=1")`` under ``if(FP4_SM120_ARCHS)``): such a macro is defined exactly for
+the targets that gate admits (in a build for that target), so the preprocessor detector reads
+``#if defined ENABLE_NVFP4_SM120 && ENABLE_NVFP4_SM120`` as a cuda-pp gate with that admitted set.
+
+`link_build_flags`, the build-flag link: host code compiled only under a ``-D`` flag, tied to the
+CMake gates that pass it.
 
 vLLM's ``if (version_num >= 100 && version_num < 120)`` sits inside ``#if defined
 ENABLE_SCALED_MM_SM100``; CMake appends ``-DENABLE_SCALED_MM_SM100=1`` only inside the block of
@@ -9,10 +18,116 @@ line as evidence. A cross-detector step: it runs after every detector, over all 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from liftgate.arch.core import ArchSet
 from liftgate.model import BuildFlag, Evidence, Gate, GateKind
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSetter:
+    """One place a build passes a flag: the CMake gate whose admitted block passes it, and the flag."""
+
+    gate: str  # the CMake gate's id
+    condition: str  # the CMake gate's condition
+    flag: BuildFlag
+
+
+@dataclass(frozen=True, slots=True)
+class ArchFlag:
+    """A ``-D`` flag the package's build passes only where some CMake gate admits the target.
+
+    In a build for target T the macro is defined (to ``value``) when T is in ``admitted``, may or
+    may not be when T is in ``unknown``, and is undefined otherwise. ``setters`` are every place
+    that passes it, each inside the admitted block of an arch gate.
+    """
+
+    macro: str
+    value: str
+    admitted: ArchSet
+    unknown: ArchSet
+    setters: tuple[FlagSetter, ...]
+
+
+def _dash_d(macro: str) -> re.Pattern[str]:
+    return re.compile(r"-D[ \t]*" + re.escape(macro) + r"(?![A-Za-z0-9_])")
+
+
+def arch_flags(
+    cmake_gates: Mapping[str, Sequence[Gate]],
+    build_texts: Mapping[str, str],
+    source_defines: Iterable[str],
+) -> tuple[ArchFlag, ...]:
+    """The macros a package's build passes only for some targets.
+
+    ``cmake_gates`` are the gates of each CMake file of the package (by path); ``build_texts`` is
+    the text of every build file that may pass a ``-D`` (CMake, ``setup.py`` …, by path);
+    ``source_defines`` are the macros the package's C-family files ``#define`` themselves.
+
+    A macro qualifies only when every place any build file passes it is a ``-DNAME`` inside the
+    admitted block of a CMake arch gate: one more ``-DNAME`` (unconditional, in another build
+    file, a comment), a ``compile_definitions``/``define_macros`` naming it, or a ``#define`` of it
+    in the sources, and it stays what it was: set by the build for every target, unknown.
+    """
+    setters: dict[str, dict[tuple[str, int], FlagSetter]] = {}
+    for path in sorted(cmake_gates):
+        for g in cmake_gates[path]:
+            if g.kind is not GateKind.CMAKE:
+                continue
+            for flag in g.passes:
+                setters.setdefault(flag.macro, {}).setdefault(
+                    (flag.path, flag.line), FlagSetter(g.id, g.condition, flag)
+                )
+    if not setters:
+        return ()
+    by_id = {g.id: g for gs in cmake_gates.values() for g in gs}
+    defined_in_sources = set(source_defines)
+    out: list[ArchFlag] = []
+    for macro in sorted(setters):
+        if macro in defined_in_sources:
+            continue
+        found = setters[macro]
+        pattern = _dash_d(macro)
+        word = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(macro) + r"(?![A-Za-z0-9_])")
+        ok = True
+        for path, text in build_texts.items():
+            if macro not in text:
+                continue
+            lines = {text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)}
+            gated = {line for (p, line) in found if p == path}
+            if lines != gated:  # a -D the gates do not account for
+                ok = False
+                break
+            if any(
+                word.search(m.group(0))
+                for m in re.finditer(r"(?:compile_definitions\s*\(|define_macros\s*=)[^)\]]*", text)
+            ):
+                ok = False
+                break
+        if not ok:
+            continue
+        admitted = ArchSet.none()
+        unknown = ArchSet.none()
+        values = {s.flag.value for s in found.values()}
+        for s in found.values():
+            g = by_id[s.gate]
+            admitted = admitted | g.admitted
+            unknown = unknown | g.unknown
+        if len(values) != 1:
+            continue  # passed with different values: which one a target gets is not read
+        (value,) = values
+        out.append(
+            ArchFlag(
+                macro,
+                value if value is not None else "1",
+                admitted,
+                unknown - admitted,
+                tuple(found[k] for k in sorted(found)),
+            )
+        )
+    return tuple(out)
 
 
 def link_build_flags(gates: Sequence[Gate]) -> list[Gate]:

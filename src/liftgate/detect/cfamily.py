@@ -19,6 +19,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from liftgate.detect.buildflags import ArchFlag, arch_flags
+from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.cpp_lex import BUILD_FILE_EXTENSIONS, QuickIndex, build_defines, quick_index
 from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, clear_caches, host_regions, relevant_macros
@@ -85,6 +87,7 @@ class _PackageJob:
     defined_anywhere: frozenset[str]
     helpers: HelperIndex | None = None  # capability helpers of the package (cpp-runtime)
     runtime_paths: frozenset[str] = frozenset()  # files whose host code is walked for cpp-runtime gates
+    flags: tuple[ArchFlag, ...] = ()  # -D flags the build passes only for some targets
 
 
 def _analyzer(job: _PackageJob) -> PackageAnalyzer:
@@ -100,6 +103,7 @@ def _analyzer(job: _PackageJob) -> PackageAnalyzer:
             job.cuda_version,
             job.relevant,
             job.defined_anywhere,
+            job.flags,
         )
         _ANALYZERS[key] = analyzer
     return analyzer
@@ -267,13 +271,29 @@ def _scan_package(
         observer,
         pkg.name,
     )
+    flags = _arch_flags(pkg, indexed, stats, cuda_version)
+    flag_names = frozenset(f.macro for f in flags)
     job = _PackageJob(
-        pkg.name, pkg.version, cfamily, cuda_version, relevant, defined_anywhere, helpers, runtime_paths
+        pkg.name,
+        pkg.version,
+        cfamily,
+        cuda_version,
+        relevant,
+        defined_anywhere,
+        helpers,
+        runtime_paths,
+        flags,
     )
     gates: list[Gate] = []
     analyzed: set[str] = set()
     derived: set[str] = set()
-    selected = sorted(p for p, r in indexed.items() if r.index.has_arch or p in runtime_paths)
+    selected = sorted(
+        p
+        for p, r in indexed.items()
+        if r.index.has_arch
+        or p in runtime_paths
+        or (p in cfamily and not r.index.condition_idents.isdisjoint(flag_names))
+    )
     rounds = 0
     while selected:
         rounds += 1
@@ -309,6 +329,39 @@ def _scan_package(
     gates.sort(key=lambda g: (g.location.path, g.location.span.start))
     scan_cache.store_result(result_key, gates, skips)
     return gates, skips
+
+
+def _arch_flags(
+    pkg: Package, indexed: dict[str, IndexedFile], stats: dict[str, SourceFile], cuda_version: tuple[int, int]
+) -> tuple[ArchFlag, ...]:
+    """The ``-D`` flags the package's CMake files pass only inside an arch gate's block (see
+    `liftgate.detect.buildflags.arch_flags`): read from the CMake gates of the files that pass any."""
+    build = {p: r for p, r in indexed.items() if not _is_cfamily(p) and r.index.defines}
+    cmake_paths = sorted(p for p in build if is_cmake_file(p))
+    if not cmake_paths:
+        return ()
+    cmake_gates: dict[str, tuple[Gate, ...]] = {}
+    texts: dict[str, str] = {}
+    for path in cmake_paths:
+        text = read_text(stats[path].fspath)
+        if text is None:
+            continue
+        texts[path] = text
+        with contextlib.suppress(Exception):  # the CMake detector reports its own problems
+            cmake_gates[path] = detect_cmake(pkg.name, pkg.version, path, text, cuda_version).gates
+    passed = {flag.macro for gs in cmake_gates.values() for g in gs for flag in g.passes}
+    if not passed:
+        return ()
+    for path in sorted(build):
+        if path not in texts and not build[path].index.defines.isdisjoint(passed):
+            text = read_text(stats[path].fspath)
+            if text is None:  # unreadable: what it passes is unknown, so nothing it may pass qualifies
+                passed -= build[path].index.defines
+                continue
+            texts[path] = text
+    source_defines = {n for p, r in indexed.items() if _is_cfamily(p) for n in r.index.defines}
+    flags = arch_flags(cmake_gates, texts, source_defines)
+    return tuple(f for f in flags if f.macro in passed)
 
 
 def _capability_helpers(

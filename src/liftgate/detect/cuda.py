@@ -26,11 +26,12 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
 from liftgate.arch.core import TOOLKIT_MACROS, ArchSet, universe
+from liftgate.detect.buildflags import ArchFlag
 from liftgate.detect.cpp_lex import (
     CONDITIONAL_KEYWORDS,
     LITERALS,
@@ -64,6 +65,8 @@ from liftgate.model import (
     MacroOrigin,
     Skip,
     Span,
+    Switch,
+    SwitchKind,
     Truth,
 )
 
@@ -300,6 +303,13 @@ class _Draft:
     depends_on: tuple[str, ...]
     enclosing: tuple[str, ...]
     macros: tuple[MacroOrigin, ...] = ()
+    switches: tuple[Switch, ...] = ()
+
+
+@cache
+def _switched_on(name: str) -> MacroDef:
+    """``-DNAME``: the macro defined to 1 (one object per name, so evaluations of it memoise)."""
+    return MacroDef(name, None, False, ("1",), None, None, "")
 
 
 @dataclass
@@ -372,10 +382,13 @@ class Walker:
         relevant: frozenset[str] | None = None,
         defined_anywhere: frozenset[str] | None = None,
         record_regions: bool = True,
+        flags: Mapping[str, tuple[Stored, ArchFlag]] | None = None,
     ) -> None:
         self.path = path
         self.relevant = relevant
         self.defined_anywhere = defined_anywhere
+        # -D flags the build passes only for some targets: their state per lane, and the fact.
+        self.flags: Mapping[str, tuple[Stored, ArchFlag]] = flags or {}
         self.lexed = lexed
         self.cuda_version = cuda_version
         self.resolve_include = resolve_include
@@ -420,6 +433,9 @@ class Walker:
     def fallback(self, name: str) -> Stored:
         if name in self.builtins:
             return self.builtins[name]
+        flag = self.flags.get(name)
+        if flag is not None:
+            return flag[0]
         if _arch_builtin_name(name) or name in self.local_names or name in _CXX_LITERALS:
             return None
         if self._assumed_undefined(name):
@@ -712,10 +728,13 @@ class Walker:
             if frame.seen_else:
                 raise Unbalanced(f"#{keyword} at line {line} follows #else")
             effective = _and(_not(frame.taken), vec)
+        taken_before = frame.taken
         frame.taken = _or(frame.taken, vec)
         frame.active = _and(frame.parent, effective)
         branch = Branch(keyword, text, line, end_line, effective)
-        branch.build_macros = tuple(sorted(n for n in touched if self.stored(n) is UNKNOWN_MACRO))
+        branch.build_macros = tuple(
+            sorted(n for n in touched if self.stored(n) is UNKNOWN_MACRO or n in self.flags)
+        )
         frame.new_branch(branch)
         reason: str | None = None
         if bound is not None:
@@ -725,9 +744,42 @@ class Walker:
         if reason is not None:
             self.spend(_GATE_STEPS)  # a Skip is a result too: a file cannot make a million of them
             self.skips.append(Skip(f"{self.path}:{line}", reason, self.package))
-        if self.collect_gates and not _device_uniform(effective) and not _all(frame.parent, F):
-            branch.draft = self._draft(keyword, text, tokens, effective, touched)
+        if self.collect_gates and not _all(frame.parent, F):
+            if not _device_uniform(effective):
+                branch.draft = self._draft(keyword, text, tokens, effective, touched)
+            elif effective[0] is F and error is None:
+                switches = self._switches(keyword, text, touched, taken_before)
+                if switches:
+                    branch.draft = self._draft(keyword, text, tokens, effective, touched, switches)
         self._record_region(end_line + 1)
+
+    def _switches(self, keyword: str, text: str, touched: set[str], taken_before: Vec) -> tuple[Switch, ...]:
+        """A condition false for every target only because a macro nothing in the package defines or
+        passes is taken as undefined (``defined(CUTLASS_ENABLE_GDC_FOR_SM90) && __CUDA_ARCH__ >= 900``):
+        the switches that would open it, each with what the condition admits once it is set.
+        Empty when setting them does not make the condition depend on the target."""
+        names = sorted(
+            n
+            for n in touched
+            if n not in self.table and n not in self.local_names and self._assumed_undefined(n)
+        )
+        if not names or not any(_arch_builtin_name(n) or isinstance(self.stored(n), tuple) for n in touched):
+            return ()
+        self.spend(_GATE_STEPS)
+        for n in names:
+            self.table[n] = _switched_on(n)
+        try:
+            vec_on, _, error, _, _ = self._condition(keyword, text)
+        finally:
+            for n in names:
+                del self.table[n]
+        if error is not None:
+            return ()
+        on = vec_on if keyword.startswith("if") else _and(_not(taken_before), vec_on)
+        if _device_uniform(on):
+            return ()
+        admitted, unknown = _vec_to_sets(on)
+        return tuple(Switch(n, SwitchKind.BUILD_FLAG, f"-D{n}", admitted, unknown) for n in names)
 
     def _conditions(self) -> tuple[RegionCondition, ...]:
         """The conditions in force at the current branch of every open conditional (see Region)."""
@@ -777,7 +829,15 @@ class Walker:
         assert below.drafts is not None
         return below.drafts
 
-    def _draft(self, keyword: str, text: str, tokens: list[str], effective: Vec, touched: set[str]) -> _Draft:
+    def _draft(
+        self,
+        keyword: str,
+        text: str,
+        tokens: list[str],
+        effective: Vec,
+        touched: set[str],
+        switches: tuple[Switch, ...] = (),
+    ) -> _Draft:
         norm = f"#{keyword} " + (" ".join(tokens) if tokens else text)
         enclosing_ids, scope = self._enclosing()
         self.spend(_GATE_STEPS + len(scope))
@@ -788,7 +848,21 @@ class Walker:
         depends: list[str] = []
         for name in sorted(touched):
             value = self.stored(name)
-            if name in TOOLKIT_MACROS:
+            flag = self.flags.get(name)
+            if flag is not None and name not in self.table:
+                for setter in flag[1].setters:
+                    evidence.append(
+                        Evidence(
+                            f"{name} is passed by the build (-D{name}={flag[1].value}) only where CMake gate "
+                            f"{setter.gate} admits the target: {setter.condition}",
+                            setter.flag.path,
+                            setter.flag.line,
+                        )
+                    )
+                    macros.append(
+                        MacroOrigin(name, setter.flag.path, setter.flag.line, setter.condition, setter.gate)
+                    )
+            elif name in TOOLKIT_MACROS:
                 entry = value[0] if isinstance(value, tuple) else value
                 shown = " ".join(entry.body) if isinstance(entry, MacroDef) else "unknown"
                 depends.append(
@@ -815,6 +889,15 @@ class Walker:
                     depends.append(
                         f"{name} (defined only under conditions liftgate cannot decide for some targets)"
                     )
+        if switches:
+            setting = " ".join(w.setting for w in switches)
+            evidence.append(
+                Evidence(
+                    f"compiled out for every target unless the build passes {setting} (nothing in the "
+                    f"package does); with it, the condition admits {switches[0].admitted.render()}",
+                    outcome=True,
+                )
+            )
         condition = " ".join(text.split())
         return _Draft(
             id=gid,
@@ -828,6 +911,7 @@ class Walker:
             depends_on=tuple(depends),
             enclosing=enclosing_ids,
             macros=tuple(macros),
+            switches=switches,
         )
 
     def _else(self, line: int, end_line: int) -> None:
@@ -892,6 +976,7 @@ class Walker:
                     directive=f"#{draft.keyword}",
                     enclosing=draft.enclosing,
                     macros=draft.macros,
+                    switches=draft.switches,
                     keep=False,
                 )
             )
@@ -1156,6 +1241,25 @@ def _too_deep(path: str, target: str) -> str:
     )
 
 
+def flag_state(flag: ArchFlag) -> Stored:
+    """A build flag's state per lane: defined where its CMake gates admit the target, unknown where
+    they may, undefined elsewhere; in the host pass unknown (the host code of a build for several
+    targets sees the flags of all of them)."""
+    where = f"the build passes -D{flag.macro}={flag.value} for this target"
+    first = flag.setters[0].flag
+    definition = MacroDef(flag.macro, None, False, (flag.value,), first.path, first.line, where)
+    entries: list[MacroEntry] = []
+    for arch in universe():
+        if arch in flag.admitted:
+            entries.append(definition)
+        elif arch in flag.unknown:
+            entries.append(UNKNOWN_MACRO)
+        else:
+            entries.append(None)
+    entries.append(UNKNOWN_MACRO)
+    return tuple(entries)
+
+
 class PackageAnalyzer:
     """Analyses files of one package; caches lexed headers and their macro exports."""
 
@@ -1168,9 +1272,11 @@ class PackageAnalyzer:
         cuda_version: tuple[int, int],
         relevant: frozenset[str] | None = None,
         defined_anywhere: frozenset[str] | None = None,
+        flags: Iterable[ArchFlag] = (),
     ) -> None:
         self.relevant = relevant
         self.defined_anywhere = defined_anywhere
+        self.flags = {f.macro: (flag_state(f), f) for f in flags}
         self.package = package
         self.version = version
         self.read_text = read_text
@@ -1287,6 +1393,7 @@ class PackageAnalyzer:
             relevant=self.relevant,
             defined_anywhere=self.defined_anywhere,
             record_regions=collect_gates,
+            flags=self.flags,
         )
 
     def analyze(self, path: str, text: str) -> FileAnalysis:

@@ -33,6 +33,7 @@ from liftgate.model import (
     MacroOrigin,
     Skip,
     Span,
+    Switch,
     Truth,
     gate_id,
 )
@@ -147,6 +148,7 @@ class GateSink:
         passes: Sequence[BuildFlag] = (),
         build_macros: Sequence[str] = (),
         coverage: BinaryCoverage | None = None,
+        switches: Sequence[Switch] = (),
         keep: bool = True,
     ) -> Gate:
         """A gate of this file with an id from `identify`; kept in ``gates`` unless ``keep`` is false.
@@ -174,6 +176,7 @@ class GateSink:
             passes=tuple(passes),
             build_macros=tuple(build_macros),
             coverage=coverage,
+            switches=tuple(switches),
         )
         if keep:
             self.gates.append(built)

@@ -245,7 +245,8 @@ def _definition_gates(gate: Gate, gates: Sequence[Gate], target: Arch) -> list[G
     ``#define``s (those are what a lift edits), or None when the gate tests the arch itself."""
     if "__CUDA_ARCH" in gate.condition:  # the condition's own code tests the arch
         return None
-    defs = [m for m in gate.macros if m.path and m.line and m.condition]  # defined under a condition
+    # Defined under a condition in the sources (a flag the build passes is lifted where it is tested).
+    defs = [m for m in gate.macros if m.path and m.line and m.condition and m.build_gate is None]
     if not defs:
         return None
     found: list[Gate] = []

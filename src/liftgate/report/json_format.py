@@ -32,7 +32,7 @@ from liftgate.report.interface import GroupBy, RenderOptions, printable_json
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 SCHEMA_RESOURCE = "report.schema.json"
 
 
@@ -122,9 +122,17 @@ def facts_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
              "path": b.path, "line": b.line}
             for b in gate.builds
         ],
-        "macros": [{"macro": m.macro, "path": m.path, "line": m.line, "condition": m.condition} for m in gate.macros],
+        "macros": [
+            {"macro": m.macro, "path": m.path, "line": m.line, "condition": m.condition, "build_gate": m.build_gate}
+            for m in gate.macros
+        ],
         "passes": [{"macro": p.macro, "value": p.value, "path": p.path, "line": p.line} for p in gate.passes],
         "build_macros": list(gate.build_macros),
+        "switches": [
+            {"name": w.name, "kind": w.kind.value, "setting": w.setting, "admitted": w.admitted.names(),
+             "unknown": w.unknown.names()}
+            for w in gate.switches
+        ],
         "coverage": None
         if coverage is None
         else {

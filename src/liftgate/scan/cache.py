@@ -35,12 +35,14 @@ from liftgate.model import (
     MacroOrigin,
     Skip,
     Span,
+    Switch,
+    SwitchKind,
     Truth,
 )
 from liftgate.sources.interface import SourceFile
 from liftgate.sources.workspace import stat_hit
 
-CACHE_FORMAT = "scan-v4"
+CACHE_FORMAT = "scan-v5"
 # path -> (size, mtime_ns, tag, stamp_ns): the tag is the content digest or ``skip:<reason>``,
 # stamp_ns when the file was read (a clock reading taken before it).
 StatEntry = tuple[int, int, str, int]
@@ -229,18 +231,19 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
         g.directive,
         g.enclosing,
         tuple((b.what, b.name, b.sources, b.computed, b.path, b.line) for b in g.builds),
-        tuple((m.macro, m.path, m.line, m.condition) for m in g.macros),
+        tuple((m.macro, m.path, m.line, m.condition, m.build_gate) for m in g.macros),
         tuple((p.macro, p.value, p.path, p.line) for p in g.passes),
         g.build_macros,
         None
         if coverage is None
         else (coverage.native.mask, coverage.ptx_jit.mask, coverage.images, coverage.compressed),
+        tuple((w.name, w.kind.value, w.setting, w.admitted.mask, w.unknown.mask) for w in g.switches),
     )
 
 
 def gate_from_row(row: tuple[object, ...]) -> Gate:
     (gid, kind, loc, condition, admitted, unknown, host, then_span, else_span, else_kind, confidence, evidence,
-     depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage) = row  # fmt: skip
+     depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage, switches) = row  # fmt: skip
     package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
     cov = cast(tuple[int, int, int, int] | None, coverage)
     return Gate(
@@ -266,4 +269,8 @@ def gate_from_row(row: tuple[object, ...]) -> Gate:
         coverage=None
         if cov is None
         else BinaryCoverage(ArchSet.from_mask(cov[0]), ArchSet.from_mask(cov[1]), cov[2], cov[3]),
+        switches=tuple(
+            Switch(name, SwitchKind(kind), setting, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
+            for name, kind, setting, adm, unk in cast(tuple[tuple[str, str, str, int, int], ...], switches)
+        ),
     )

@@ -1,0 +1,184 @@
+"""Build flags as arch facts, and switches: ``tests/fixtures/cuda/flagpkg``.
+
+A ``-D`` flag the package's CMake passes only inside the block of an arch gate is defined exactly
+for the targets that gate admits, so ``#if defined ENABLE_X && ENABLE_X`` is a cuda-pp gate with
+that admitted set, its evidence naming the CMake gate (vLLM's ``ENABLE_NVFP4_SM120``). A condition
+that tests the arch but is false for every target only because a flag nothing passes is taken as
+undefined (CUTLASS's ``CUTLASS_ENABLE_GDC_FOR_SM90``) is a switch gate. Every line where a cuda-pp
+gate must start is marked ``// gate`` (``// switch gate``), every near miss ``// not a gate``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+import liftgate
+from liftgate.arch.core import ArchSet, universe
+from liftgate.arch.parse import parse_arch
+from liftgate.detect.buildflags import arch_flags
+from liftgate.model import BuildFlag, Gate, GateKind, Location, Report, Span, Status, SwitchKind
+
+TREE = Path(__file__).parent / "fixtures" / "cuda" / "flagpkg"
+GATE = re.compile(r"//\s*(?:switch )?gate\b")
+NOT_A_GATE = re.compile(r"\bnot a gate\b")
+
+
+def archs(*names: str) -> ArchSet:
+    return ArchSet(parse_arch(n) for n in names)
+
+
+@cache
+def report() -> Report:
+    return liftgate.scan([str(TREE)], ["sm_120"], use_cache=False)
+
+
+def cuda_gates(path: str) -> list[Gate]:
+    return [g for g in report().gates if g.kind is GateKind.CUDA_PP and g.location.path == path]
+
+
+def gate_at(path: str, line: int, kind: GateKind = GateKind.CUDA_PP) -> Gate:
+    found = [
+        g for g in report().gates if g.kind is kind and g.location.path == path and g.location.line == line
+    ]
+    assert len(found) == 1, (path, line, [g.location for g in report().gates])
+    return found[0]
+
+
+def line_of(path: str, needle: str) -> int:
+    lines = (TREE / path).read_text().splitlines()
+    found = [n for n, text in enumerate(lines, 1) if needle in text]
+    assert len(found) == 1, (path, needle, found)
+    return found[0]
+
+
+SOURCES = ["csrc/fp4_entry.cu", "csrc/switches.cu", "csrc/near_misses.cu", "include/flagpkg/sparse.h"]
+
+
+def test_every_source_is_checked() -> None:
+    on_disk = {p.relative_to(TREE).as_posix() for p in TREE.rglob("*") if p.suffix in (".cu", ".h")}
+    assert on_disk == set(SOURCES)
+
+
+@pytest.mark.parametrize("path", SOURCES)
+def test_markers(path: str) -> None:
+    """Each cuda-pp gate starts on a ``gate`` mark, and each mark has one; no gate on a near miss."""
+    lines = (TREE / path).read_text().splitlines()
+    wanted = {n for n, text in enumerate(lines, 1) if GATE.search(text) and not NOT_A_GATE.search(text)}
+    unwanted = {n for n, text in enumerate(lines, 1) if NOT_A_GATE.search(text)}
+    found = {g.location.line for g in cuda_gates(path)}
+    assert found == wanted, f"gates at {sorted(found)}, marks at {sorted(wanted)}"
+    assert not found & unwanted
+    assert not [s for s in report().skips if s.path.startswith(path)]
+
+
+def test_a_flag_passed_only_in_an_arch_gate_block_admits_what_that_gate_admits() -> None:
+    path = "csrc/fp4_entry.cu"
+    cmake = gate_at("CMakeLists.txt", line_of("CMakeLists.txt", 'FP4_SM120_ARCHS "12.0a'), GateKind.CMAKE)
+    for needle in ("#ifdef ENABLE_FP4_SM120", "#if defined(ENABLE_FP4_SM120)"):
+        g = gate_at(path, line_of(path, needle))
+        assert (
+            g.admitted
+            == cmake.admitted
+            == archs("sm_120", "sm_120a", "sm_120f", "sm_121", "sm_121a", "sm_121f")
+        )
+        assert g.unknown == ArchSet.none()
+        assert g.host is not None and g.host.value == "unknown"  # a build for several targets
+        (origin,) = g.macros
+        assert origin.build_gate == cmake.id
+        assert (origin.path, origin.line) == (
+            "CMakeLists.txt",
+            line_of("CMakeLists.txt", "-DENABLE_FP4_SM120=1"),
+        )
+        assert origin.condition == cmake.condition
+        text = "\n".join(e.render() for e in g.evidence)
+        assert f"only where CMake gate {cmake.id} admits the target" in text
+        assert g.status(parse_arch("sm_120")) is Status.ADMITTED
+        assert g.status(parse_arch("sm_100a")) is Status.EXCLUDED
+
+
+def test_elif_of_two_flags_gets_what_the_first_leaves() -> None:
+    path = "csrc/fp4_entry.cu"
+    elif_gate = gate_at(path, line_of(path, "#elif defined(ENABLE_FP4_SM100)"))
+    assert elif_gate.admitted == archs("sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f")
+    rest = gate_at(path, line_of(path, "#if !defined(ENABLE_FP4_SM100)"))
+    assert rest.admitted == ArchSet.all() - archs(
+        "sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f",
+        "sm_120", "sm_120a", "sm_120f", "sm_121", "sm_121a", "sm_121f",
+    )  # fmt: skip
+
+
+def test_host_code_under_a_flag_names_the_cuda_gate_and_the_cmake_gate() -> None:
+    path = "csrc/fp4_entry.cu"
+    host = gate_at(path, line_of(path, "if (sm >= 120 && sm < 130)"), GateKind.CPP_RUNTIME)
+    flag = gate_at(path, line_of(path, "#if defined(ENABLE_FP4_SM120)"))
+    cmake = gate_at("CMakeLists.txt", line_of("CMakeLists.txt", 'FP4_SM120_ARCHS "12.0a'), GateKind.CMAKE)
+    assert set(host.enclosing) == {flag.id, cmake.id}
+    assert host.build_macros == ("ENABLE_FP4_SM120",)
+
+
+def test_switch_gate_is_off_for_every_target_and_says_what_setting_it_opens() -> None:
+    path = "csrc/switches.cu"
+    g = gate_at(path, line_of(path, "FLAGPKG_ENABLE_GDC_FOR_SM90) &&"))
+    assert g.admitted == ArchSet.none() and g.unknown == ArchSet.none()
+    assert all(g.status(a) is Status.EXCLUDED for a in universe())
+    (switch,) = g.switches
+    assert switch.name == "FLAGPKG_ENABLE_GDC_FOR_SM90"
+    assert switch.kind is SwitchKind.BUILD_FLAG
+    assert switch.setting == "-DFLAGPKG_ENABLE_GDC_FOR_SM90"
+    assert switch.admitted == ArchSet(a for a in universe() if a.major * 10 + a.minor >= 90)
+    text = "\n".join(e.render() for e in g.evidence)
+    assert "unless the build passes -DFLAGPKG_ENABLE_GDC_FOR_SM90" in text
+
+
+def test_switch_gate_round_trips_through_json_and_the_cache(tmp_path: Path) -> None:
+    import jsonschema
+
+    from liftgate.report.interface import RenderOptions, Show
+    from liftgate.report.json_format import load_schema, report_to_dict
+
+    document = report_to_dict(report(), RenderOptions(show=Show.ALL))
+    jsonschema.validate(document, load_schema())
+    facts = {(g["path"], g["line"]): g["facts"] for g in document["gates"]}
+    switches = facts[("csrc/switches.cu", line_of("csrc/switches.cu", "FLAGPKG_ENABLE_GDC_FOR_SM90) &&"))]
+    assert switches["switches"][0]["setting"] == "-DFLAGPKG_ENABLE_GDC_FOR_SM90"
+    flagged = facts[("csrc/fp4_entry.cu", line_of("csrc/fp4_entry.cu", "#ifdef ENABLE_FP4_SM120"))]
+    assert flagged["macros"][0]["build_gate"].startswith("cm-")
+    cold = liftgate.scan([str(TREE)], ["sm_120"], cache_dir=str(tmp_path))
+    warm = liftgate.scan([str(TREE)], ["sm_120"], cache_dir=str(tmp_path))
+    assert cold.gates == warm.gates == report().gates
+
+
+def test_a_flag_another_build_file_passes_is_no_longer_an_arch_fact(tmp_path: Path) -> None:
+    tree = tmp_path / "flagpkg"
+    shutil.copytree(TREE, tree)
+    path = "csrc/fp4_entry.cu"
+    line = line_of(path, "#ifdef ENABLE_FP4_SM120")
+    (tree / "build.sh").write_text("nvcc -DENABLE_FP4_SM120=1 csrc/fp4_entry.cu\n")
+    found = liftgate.scan([str(tree)], ["sm_120"], use_cache=False)
+    assert not [g for g in found.gates if g.location.path == path and g.location.line == line]
+
+
+def _cmake_gate(gid: str, admitted: ArchSet, *flags: tuple[str, int]) -> Gate:
+    return Gate(
+        id=gid, kind=GateKind.CMAKE, location=Location("p", "1", "CMakeLists.txt", Span(1, 1)), condition=gid,
+        admitted=admitted, unknown=ArchSet.none(), host=None, then_span=None, else_span=None,
+        else_kind=liftgate.model.ElseKind.NONE,
+        passes=tuple(BuildFlag(m, "1", "CMakeLists.txt", line) for m, line in flags),
+    )  # fmt: skip
+
+
+def test_arch_flags_reads_only_flags_every_pass_of_which_the_gates_account_for() -> None:
+    a = _cmake_gate("cm-a", archs("sm_90"), ("X", 2))
+    b = _cmake_gate("cm-b", archs("sm_100"), ("X", 4), ("Y", 5))
+    text = "\n".join(["", '  "-DX=1"', "", '  "-DX=1"', '  "-DY=1"', '  "-DY=1"  # unconditional'])
+    (x,) = arch_flags({"CMakeLists.txt": (a, b)}, {"CMakeLists.txt": text}, ())
+    assert x.macro == "X" and x.admitted == archs("sm_90", "sm_100")
+    assert [s.gate for s in x.setters] == ["cm-a", "cm-b"]
+    assert arch_flags({"CMakeLists.txt": (a, b)}, {"CMakeLists.txt": text}, ("X",)) == ()
+    other = {"CMakeLists.txt": text, "setup.py": 'define_macros=[("X", "1")]'}
+    assert arch_flags({"CMakeLists.txt": (a,)}, other, ()) == ()
