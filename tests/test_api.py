@@ -47,8 +47,13 @@ def test_macro_nothing_defines_is_undefined_and_said(tmp_path: Path) -> None:
     pkg.mkdir()
     (pkg / "k.cuh").write_text(HEADER)  # no build file passes MY_BUILD_FLAG here
     report = liftgate.scan(str(pkg), ["sm_120"], use_cache=False, cache_dir=str(tmp_path / "c"))
-    # Never defined or passed: the #if is dead code everywhere (not a gate), and the #elif decides.
-    (gate,) = report.gates
+    # Never defined or passed: the #if is compiled out for every target unless the build passes the
+    # flag (a switch gate, which admits nothing as things stand), and the #elif decides.
+    switch, gate = report.gates
+    assert switch.location.line == 2 and not switch.admitted and not switch.unknown
+    assert [(w.setting, w.admitted.render()) for w in switch.switches] == [
+        ("-DMY_BUILD_FLAG", "sm_90–sm_121 (all variants)")
+    ]
     assert gate.location.line == 4 and gate.directive == "#elif"
     assert gate.status(Arch(12, 0)) is Status.ADMITTED
     assert gate.admitted.render() == "sm_120–sm_121 (all variants)"

@@ -50,8 +50,9 @@ def gate_at(path: str, line: int, kind: GateKind = GateKind.CUDA_PP) -> Gate:
 
 
 def line_of(path: str, needle: str) -> int:
-    lines = (TREE / path).read_text().splitlines()
-    found = [n for n, text in enumerate(lines, 1) if needle in text]
+    """The line where ``needle`` starts (it may span lines); exactly one."""
+    text = (TREE / path).read_text()
+    found = [text.count("\n", 0, k) + 1 for k in range(len(text)) if text.startswith(needle, k)]
     assert len(found) == 1, (path, needle, found)
     return found[0]
 
@@ -79,7 +80,10 @@ def test_markers(path: str) -> None:
 def test_a_flag_passed_only_in_an_arch_gate_block_admits_what_that_gate_admits() -> None:
     path = "csrc/fp4_entry.cu"
     cmake = gate_at("CMakeLists.txt", line_of("CMakeLists.txt", 'FP4_SM120_ARCHS "12.0a'), GateKind.CMAKE)
-    for needle in ("#ifdef ENABLE_FP4_SM120", "#if defined(ENABLE_FP4_SM120)"):
+    for needle in (
+        "#ifdef ENABLE_FP4_SM120",
+        "#if defined(ENABLE_FP4_SM120) && ENABLE_FP4_SM120  // gate: admits sm_120 sm_120a sm_121 sm_121a\n  if (sm >= 120 && sm < 130) {",
+    ):
         g = gate_at(path, line_of(path, needle))
         assert (
             g.admitted
@@ -114,8 +118,14 @@ def test_elif_of_two_flags_gets_what_the_first_leaves() -> None:
 
 def test_host_code_under_a_flag_names_the_cuda_gate_and_the_cmake_gate() -> None:
     path = "csrc/fp4_entry.cu"
-    host = gate_at(path, line_of(path, "if (sm >= 120 && sm < 130)"), GateKind.CPP_RUNTIME)
-    flag = gate_at(path, line_of(path, "#if defined(ENABLE_FP4_SM120)"))
+    host = gate_at(path, line_of(path, "if (sm >= 120 && sm < 130) {"), GateKind.CPP_RUNTIME)
+    flag = gate_at(
+        path,
+        line_of(
+            path,
+            "#if defined(ENABLE_FP4_SM120) && ENABLE_FP4_SM120  // gate: admits sm_120 sm_120a sm_121 sm_121a\n  if (sm >= 120 && sm < 130) {",
+        ),
+    )
     cmake = gate_at("CMakeLists.txt", line_of("CMakeLists.txt", 'FP4_SM120_ARCHS "12.0a'), GateKind.CMAKE)
     assert set(host.enclosing) == {flag.id, cmake.id}
     assert host.build_macros == ("ENABLE_FP4_SM120",)
@@ -182,3 +192,20 @@ def test_arch_flags_reads_only_flags_every_pass_of_which_the_gates_account_for()
     assert arch_flags({"CMakeLists.txt": (a, b)}, {"CMakeLists.txt": text}, ("X",)) == ()
     other = {"CMakeLists.txt": text, "setup.py": 'define_macros=[("X", "1")]'}
     assert arch_flags({"CMakeLists.txt": (a,)}, other, ()) == ()
+
+
+def test_host_code_under_flags_is_there_exactly_for_the_targets_whose_build_compiles_it() -> None:
+    """``fp4_supported()`` returns true only where the branch for the GPU is compiled in: sm_110
+    passes ``sm >= 100 && sm < 120`` but no build for it passes -DENABLE_FP4_SM100."""
+    path = "csrc/fp4_entry.cu"
+    check = gate_at(path, line_of(path, "TORCH_CHECK(fp4_supported()"), GateKind.CPP_RUNTIME)
+    blackwell = archs("sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f")
+    geforce = archs("sm_120", "sm_120a", "sm_120f", "sm_121", "sm_121a", "sm_121f")
+    assert check.admitted == blackwell | geforce
+    assert parse_arch("sm_110") not in check.admitted | check.unknown
+    branch = gate_at(path, line_of(path, "if (sm >= 100 && sm < 120) return true;"), GateKind.CPP_RUNTIME)
+    assert branch.admitted == blackwell  # sm_110 passes the condition as written, but its build lacks it
+    said = "\n".join(e.render() for e in branch.evidence if e.outcome)
+    assert (
+        "also lets sm_110, sm_110a, sm_110f through" in said and "no build for those targets compiles" in said
+    )

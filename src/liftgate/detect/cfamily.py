@@ -264,14 +264,15 @@ def _scan_package(
     )
     defined_anywhere = frozenset(name for r in indexed.values() for name in r.index.defines)
     cfamily = {p: stats[p].fspath for p in indexed if _is_cfamily(p)}
+    flags = _arch_flags(pkg, indexed, stats, cuda_version)
     helpers, runtime_paths = _capability_helpers(
         cfamily,
         [p for p, r in indexed.items() if r.index.has_capability and p in cfamily],
         cuda_version,
         observer,
         pkg.name,
+        flags,
     )
-    flags = _arch_flags(pkg, indexed, stats, cuda_version)
     flag_names = frozenset(f.macro for f in flags)
     job = _PackageJob(
         pkg.name,
@@ -370,6 +371,7 @@ def _capability_helpers(
     cuda_version: tuple[int, int],
     observer: Observer,
     package: str,
+    flags: tuple[ArchFlag, ...] = (),
 ) -> tuple[HelperIndex | None, frozenset[str]]:
     """The package's capability helpers (``get_sm_version_num()``, a ``sm_`` member …) and the files
     whose host code is worth walking: those that query the capability or use such a helper.
@@ -390,7 +392,7 @@ def _capability_helpers(
             read.add(path)
             if text is not None:
                 with contextlib.suppress(Exception):  # a file the reader cannot follow adds no helper
-                    index.add_source(path, text, host_regions(path, text, cuda_version))
+                    index.add_source(path, text, host_regions(path, text, cuda_version, flags))
         with contextlib.suppress(Exception):
             index.resolve()
         new_needles = {n for n in index.needles() if len(n) >= 4} - searched

@@ -75,11 +75,19 @@ class GateEmitter:
             return None
         self.seen.add(key)
         lanes = ccs()
+        tok_region = frame.toks[cond_node.start].region if cond_node.start < len(frame.toks) else region
+        reg = self.regions[tok_region]
+        # Host code that only some targets' builds compile (build flags): the others never reach it.
+        _present, absent = interp.presence(reg)
         admitted: list[tuple[int, int]] = []
         unknown: list[tuple[int, int]] = []
-        for cc, v in zip(lanes, cond.lanes, strict=True):
+        left_out: list[tuple[int, int]] = []
+        for lane, (cc, v) in enumerate(zip(lanes, cond.lanes, strict=True)):
             t = truth(v)
-            if t is UNK:
+            if lane in absent:
+                if t is UNK or (t is True) != invert:
+                    left_out.append(cc)
+            elif t is UNK:
                 unknown.append(cc)
             elif (t is True) != invert:
                 admitted.append(cc)
@@ -90,8 +98,6 @@ class GateEmitter:
         gid = self.sink.identify(norm, (frame.fdef.qualname,))
         depends = [f"assumed: {a}" for a in dict.fromkeys(interp.assumptions)]
         enclosing = list(self.enclosing)
-        tok_region = frame.toks[cond_node.start].region if cond_node.start < len(frame.toks) else region
-        reg = self.regions[tok_region]
         pp_ids: list[str] = []
         build_macros: list[str] = []
         for c in reg.conditions:
@@ -105,6 +111,15 @@ class GateEmitter:
                     "this host code exists only in builds that define it"
                 )
         evidence = [*cond.trail, *extra]
+        if left_out:
+            evidence.append(
+                Evidence(
+                    "the condition as written also lets "
+                    f"{', '.join(archs_for_capabilities(left_out).names())} through (or may), but no build for those targets compiles this code: the build flags it sits "
+                    "under are passed only for other targets",
+                    outcome=True,
+                )
+            )
         self.sink.gate(
             gid,
             span=span,

@@ -56,6 +56,7 @@ from liftgate.detect.cpp_values import (
     truth,
 )
 from liftgate.detect.cuda import Region
+from liftgate.detect.runtime_arch import archs_for_capabilities
 from liftgate.model import Evidence
 
 if TYPE_CHECKING:
@@ -79,7 +80,10 @@ _MEMBER_NAME = re.compile(r"^(?:m_\w+|m[A-Z]\w*|\w+_)$")
 
 Lanes = frozenset[int]  # indexes of lanes (see cpp_values.ccs)
 
-ONE_REGION = [Region(0, True, ())]  # the region table of a file read without preprocessor regions
+ONE_REGION = [Region(0, True, ())]
+_PRESENCE: dict[
+    tuple[int, int], tuple[Lanes, Lanes]
+] = {}  # (targets' masks) -> (present, absent) lanes  # the region table of a file read without preprocessor regions
 
 
 @dataclass
@@ -209,15 +213,39 @@ class Interpreter:
                 while k + 1 < len(stmts) and self._region(stmts[k + 1], frame) == r:
                     k += 1
                     group.append(stmts[k])
+                present, absent = self.presence(frame.regions[r])
+                skipping = mask - present  # lanes whose build may lack the group (or does)
                 before = dict(frame.env)
-                after = self._exec_seq(group, mask, frame, r, stmts[k + 1 :])
-                frame.env = self._merge_env(before, mask, frame.env, after)
-                mask = mask | after
+                after = self._exec_seq(group, mask - absent, frame, r, stmts[k + 1 :])
+                frame.env = self._merge_env(before, skipping, frame.env, after)
+                mask = skipping | after
                 k += 1
                 continue
             mask = self.exec_stmt(stmt, mask, frame, region, stmts[k + 1 :])
             k += 1
         return mask
+
+    def presence(self, region: Region) -> tuple[Lanes, Lanes]:
+        """The lanes whose build compiles host code the build decides (``region.targets``: the
+        package passes a flag only for some targets) and those whose build leaves it out; a lane
+        whose capability has targets of both kinds (``sm_120`` and ``sm_120a``) is in neither."""
+        if region.targets is None:
+            return frozenset(), frozenset()
+        key = (region.targets[0].mask, region.targets[1].mask)
+        known = _PRESENCE.get(key)
+        if known is None:
+            yes, maybe = region.targets
+            present: set[int] = set()
+            absent: set[int] = set()
+            for lane, cc in enumerate(ccs()):
+                archs = archs_for_capabilities((cc,))
+                if archs and not archs - yes:
+                    present.add(lane)
+                elif not archs & (yes | maybe):
+                    absent.add(lane)
+            known = (frozenset(present), frozenset(absent))
+            _PRESENCE[key] = known
+        return known
 
     def _exec_seq(self, stmts: list[Stmt], mask: Lanes, frame: Frame, region: int, rest: list[Stmt]) -> Lanes:
         for j, stmt in enumerate(stmts):

@@ -86,6 +86,7 @@ _GATE_STEPS = 500  # what one gate costs (at most 40,000 per file; CUTLASS's lar
 _REGION_STEPS = 20  # what recording one region costs (a file of 16 MB has at most a million)
 _CONTEXT_CHARS = 8_000  # the "defined under …" evidence of a macro: longer contexts are elided
 _SHOWN_CHARS = 300  # a directive's text quoted in a Skip
+_FLAG_REGION_DEPTH = 64  # deeper #if nests: host code under build flags is "maybe there" for every target
 
 T, F, U = True, False, None
 Tri = bool | None
@@ -288,6 +289,9 @@ class Region:
     line: int
     host: Tri
     conditions: tuple[RegionCondition, ...]
+    # When ``host`` is None only because of build flags the package passes for some targets
+    # (`ArchFlag`): the targets whose build compiles the code, and those whose build may.
+    targets: tuple[ArchSet, ArchSet] | None = None
 
 
 @dataclass
@@ -320,6 +324,7 @@ class Frame:
     active: Vec
     branches: list[Branch] = field(default_factory=list)
     seen_else: bool = False
+    flag_only: bool = True  # every condition so far tests only build flags and non-arch macros
     # What holds from the outermost frame down to this one's current branch, computed once per
     # branch and shared (a 2,000-deep nest must not rebuild 2,000-long tuples at every directive):
     # the evidence context, the region conditions, and the (ids, norms) of the enclosing drafts.
@@ -730,6 +735,11 @@ class Walker:
             effective = _and(_not(frame.taken), vec)
         taken_before = frame.taken
         frame.taken = _or(frame.taken, vec)
+        if frame.flag_only and self.flags:
+            frame.flag_only = not any(
+                _arch_builtin_name(n) or (isinstance(self.stored(n), tuple) and n not in self.flags)
+                for n in touched
+            )
         frame.active = _and(frame.parent, effective)
         branch = Branch(keyword, text, line, end_line, effective)
         branch.build_macros = tuple(
@@ -808,7 +818,25 @@ class Walker:
     def _record_region(self, line: int) -> None:
         if self.record_regions:
             self.spend(_REGION_STEPS)
-            self.regions.append(Region(line, self.active()[-1], self._conditions()))
+            host = self.active()[-1]
+            targets = self._host_targets() if host is U and self.flags else None
+            self.regions.append(Region(line, host, self._conditions(), targets))
+
+    def _host_targets(self) -> tuple[ArchSet, ArchSet] | None:
+        """For host code the host pass may or may not compile: when that depends only on build
+        flags the package passes for some targets, which targets' builds compile it (each flag's
+        device lane is its value in a build for that target alone) and which may. None otherwise."""
+        if len(self.stack) > _FLAG_REGION_DEPTH:
+            return None
+        vec: Vec = self.all_true
+        for frame in self.stack:
+            branch = frame.branches[-1]
+            if branch.effective[-1] is T:
+                continue  # the host pass compiles it whatever the target
+            if not frame.flag_only:
+                return None
+            vec = _and(vec, branch.effective)
+        return _vec_to_sets(vec)
 
     def _enclosing(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(ids, norms) of the drafts of the open conditionals below the top one."""
@@ -1205,12 +1233,16 @@ class IncludeIndex:
         return min(matches, key=closeness)
 
 
-def host_regions(path: str, text: str, cuda_version: tuple[int, int]) -> list[Region] | None:
+def host_regions(
+    path: str, text: str, cuda_version: tuple[int, int], flags: Iterable[ArchFlag] = ()
+) -> list[Region] | None:
     """The host pass's view of a file on its own (no includes): which lines it compiles.
 
     Enough to drop device-only code (``#ifdef __CUDA_ARCH__``) and ``#if 0`` from host-code
-    analysis; macros from headers stay unknown, so their regions count as maybe-compiled.
-    None when the conditionals do not balance, or the file is beyond `FILE_STEPS`.
+    analysis; macros from headers stay unknown, so their regions count as maybe-compiled, and
+    code under ``flags`` (build flags the package passes for some targets) names the targets whose
+    build compiles it (`Region.targets`). None when the conditionals do not balance, or the file
+    is beyond `FILE_STEPS`.
     """
     try:
         lexed = lex_directives(text)
@@ -1223,6 +1255,7 @@ def host_regions(path: str, text: str, cuda_version: tuple[int, int]) -> list[Re
         resolve_include=lambda _including, _name, _angle: None,
         header_export=lambda _path: HeaderExport({}, frozenset()),
         collect_gates=False,
+        flags={f.macro: (flag_state(f), f) for f in flags},
     )
     try:
         walker.run()
