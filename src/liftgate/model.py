@@ -193,6 +193,29 @@ class BinaryCoverage:
 
 
 @dataclass(frozen=True, slots=True)
+class TorchOp:
+    """A C++ function registered as a torch custom op (``m.def("name(int cap) -> bool")`` and
+    ``m.impl("name", &fn)``), read with its integer parameter ``position`` bound to the device's
+    capability as ``major * 10 + minor``: what it returns on each target, and the branches that
+    test that parameter (parametric gates). Python that calls ``torch.ops.<ns>.<name>`` with that
+    value gets ``returns_true``/``returns_unknown``, and the gates are reported with the call site.
+    """
+
+    package: str
+    version: str | None
+    name: str  # the op, as registered
+    function: str  # the C++ function registered for it
+    path: str  # where the function is defined
+    line: int
+    parameter: str
+    position: int
+    returns_true: ArchSet
+    returns_unknown: ArchSet
+    registered: tuple[str, int]  # the m.impl/m.def line
+    gates: tuple[Gate, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Gate:
     """An architecture gate: code whose inclusion or execution depends on the GPU architecture.
 

@@ -22,10 +22,11 @@ from typing import TypeVar
 from liftgate.detect.buildflags import ArchFlag, arch_flags
 from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.cpp_lex import BUILD_FILE_EXTENSIONS, QuickIndex, build_defines, quick_index
+from liftgate.detect.cpp_ops import find_registrations, read_ops
 from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, clear_caches, host_regions, relevant_macros
 from liftgate.detect.interface import Batch, Detection, DetectorCache, Scope, not_analysed
-from liftgate.model import Gate, Skip
+from liftgate.model import Gate, Skip, TorchOp
 from liftgate.sources.interface import DEFAULT_MAX_FILE_SIZE, Observer, Package, SourceFile
 from liftgate.sources.workspace import BINARY_SNIFF, read_text, stat_hit
 
@@ -199,7 +200,7 @@ def _scan_package(
     scan_cache: DetectorCache,
     pool: _Jobs,
     observer: Observer,
-) -> tuple[list[Gate], list[Skip]]:
+) -> tuple[list[Gate], list[Skip], list[TorchOp]]:
     key = _package_key(pkg, max_file_size)
     stats = {f.path: f for f in cfiles}
     cached_stats = scan_cache.load_stats(key)
@@ -237,7 +238,7 @@ def _scan_package(
     if cached is not None:
         if todo:
             _update_details(scan_cache, key, index)
-        return cached
+        return cached[0], cached[1], cached[2]
 
     # A miss: the quick index of every file is needed, from the details cache where it has them.
     details = scan_cache.load_details(key)
@@ -328,8 +329,53 @@ def _scan_package(
             if p not in analyzed and not r.index.condition_idents.isdisjoint(new_derived)
         )
     gates.sort(key=lambda g: (g.location.path, g.location.span.start))
-    scan_cache.store_result(result_key, gates, skips)
-    return gates, skips
+    ops = _torch_ops(pkg, cfamily, cuda_version, flags, helpers, observer)
+    scan_cache.store_result(result_key, gates, skips, ops)
+    return gates, skips, list(ops)
+
+
+_OP_SOURCES = (".cu", ".cpp", ".cc", ".cxx")  # where ops are registered and their functions defined
+
+
+def _torch_ops(
+    pkg: Package,
+    cfamily: dict[str, str],
+    cuda_version: tuple[int, int],
+    flags: tuple[ArchFlag, ...],
+    helpers: HelperIndex | None,
+    observer: Observer,
+) -> tuple[TorchOp, ...]:
+    """The package's query ops (`liftgate.detect.cpp_ops`), published for the Python detector."""
+    sources = sorted(p for p in cfamily if posixpath.splitext(p)[1].lower() in _OP_SOURCES)
+    data: dict[str, bytes] = {}
+    for path in sources:
+        try:
+            with open(cfamily[path], "rb") as fh:
+                data[path] = fh.read(DEFAULT_MAX_FILE_SIZE + 1)
+        except OSError:
+            continue
+    registering = {p: d for p, d in data.items() if b".impl(" in d and b".def(" in d}
+    if not registering:
+        return ()
+    observer.start(f"reading the torch ops of {pkg.name}", total=None)
+    try:
+        texts = {p: t for p, d in registering.items() if (t := _decode(d)) is not None}
+        names = {r.function.encode() for r in find_registrations(texts)}
+        for path, d in data.items():
+            if path not in texts and any(n in d for n in names):
+                text = _decode(d)
+                if text is not None:
+                    texts[path] = text
+        return read_ops(pkg.name, pkg.version, texts, cuda_version, flags, helpers)
+    finally:
+        observer.finish()
+
+
+def _decode(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _arch_flags(
@@ -432,7 +478,7 @@ class CFamilyDetector:
     def detect(self, batch: Batch) -> Detection:
         assert batch.package is not None
         cache = batch.cache if batch.cache is not None else _NO_CACHE
-        gates, skips = _scan_package(
+        gates, skips, ops = _scan_package(
             batch.package,
             list(batch.files),
             batch.settings.cuda_version,
@@ -441,7 +487,7 @@ class CFamilyDetector:
             _Jobs(batch.jobs, batch.executor),
             batch.observer,
         )
-        return Detection(tuple(gates), tuple(skips))
+        return Detection(tuple(gates), tuple(skips), tuple(ops))
 
     def reset(self) -> None:
         _ANALYZERS.clear()  # the in-process analysers hold whole packages' lexed headers
@@ -473,10 +519,12 @@ class _NoCache:
     def store_details(self, key: str, value: dict[str, tuple[object, ...]]) -> None:
         pass
 
-    def load_result(self, key: str) -> tuple[list[Gate], list[Skip]] | None:
+    def load_result(self, key: str) -> tuple[list[Gate], list[Skip], list[TorchOp]] | None:
         return None
 
-    def store_result(self, key: str, gates: list[Gate], skips: list[Skip]) -> None:
+    def store_result(
+        self, key: str, gates: list[Gate], skips: list[Skip], ops: Sequence[TorchOp] = ()
+    ) -> None:
         pass
 
 

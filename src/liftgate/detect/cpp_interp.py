@@ -172,6 +172,10 @@ class Interpreter:
         self.exec_block(body.body, self.all_lanes, frame, 0)
         return self._return_value(frame), frame.fields
 
+    def return_value(self, frame: Frame) -> CV:
+        """What a function walked in ``frame`` returns, lane by lane (unknown where returns differ)."""
+        return self._return_value(frame)
+
     def _return_value(self, frame: Frame) -> CV:
         n = len(self.all_lanes)
         certain = [r for r in frame.returns if not r[2]]

@@ -27,6 +27,7 @@ and gate emission (`liftgate.detect.cpp_gates`); this module walks one file's fu
 
 from __future__ import annotations
 
+from liftgate.arch.core import ArchSet
 from liftgate.detect.cpp_api import failure_message, infer_helper, inferable, source_names
 from liftgate.detect.cpp_gates import GateEmitter
 from liftgate.detect.cpp_helpers import HelperIndex, body_ids, region_lookup
@@ -41,6 +42,7 @@ from liftgate.detect.cpp_values import (
     UNKNOWN,
     CapNum,
     Props,
+    ccs,
     const,
     lanewise,
     per_cc,
@@ -48,7 +50,8 @@ from liftgate.detect.cpp_values import (
 )
 from liftgate.detect.cuda import Region
 from liftgate.detect.interface import Detection
-from liftgate.model import Skip
+from liftgate.detect.runtime_arch import archs_for_capabilities
+from liftgate.model import Evidence, Gate, Skip
 
 __all__ = [
     "CAPABILITY_TOKENS",
@@ -73,6 +76,7 @@ __all__ = [
     "per_cc",
     "region_lookup",
     "truth",
+    "walk_parametric",
 ]
 
 
@@ -99,6 +103,56 @@ def detect_cpp_runtime(
     finally:
         forget_tables()
     return Detection(tuple(sink.gates), tuple(skips))
+
+
+def walk_parametric(
+    index: HelperIndex,
+    fdef: FuncDef,
+    position: int,
+    regions: list[Region],
+    package: str,
+    version: str | None,
+    path: str,
+) -> tuple[ArchSet, ArchSet, tuple[Gate, ...]] | None:
+    """Run ``fdef`` with its parameter ``position`` bound to the device's capability as
+    ``major * 10 + minor`` (how a caller that passes ``capability.to_int()`` calls it): the targets
+    it returns true for, those it may, and the branches that test the parameter (parametric
+    gates, each naming the parameter). None when the function cannot be followed."""
+    param = fdef.params[position] if position < len(fdef.params) else ""
+    if not param:
+        return None
+    bound = Evidence(
+        f"{param}: the capability the caller passes, as major * 10 + minor ({fdef.qualname} is "
+        "parametric: which branch runs is decided at its call sites)",
+        path,
+        fdef.line,
+    )
+    value = per_cc(lambda cc: cc[0] * 10 + cc[1], bound)
+    interp = Interpreter(index, path, regions)
+    sink = GateEmitter(package, version, path, regions)
+    env = {name: (value if k == position else UNKNOWN) for k, name in enumerate(fdef.params) if name}
+    frame = Frame(fdef, fdef.body, env, regions)
+    sink.frame = frame
+    interp.sink = sink
+    try:
+        interp.exec_block(interp.body(fdef).body, interp.all_lanes, frame, 0)
+    except (StepBudget, TooDeep, RecursionError):
+        return None
+    finally:
+        interp.sink = None
+        sink.frame = None
+        forget_tables()
+    result = interp.return_value(frame)
+    true: list[tuple[int, int]] = []
+    unknown: list[tuple[int, int]] = []
+    for cc, v in zip(ccs(), result.lanes, strict=True):
+        t = truth(v)
+        if t is UNK:
+            unknown.append(cc)
+        elif t:
+            true.append(cc)
+    gates = tuple(g for g in sink.gates if bound in g.evidence)
+    return archs_for_capabilities(true), archs_for_capabilities(unknown), gates
 
 
 def _walk(

@@ -34,6 +34,7 @@ from liftgate.model import (
     Skip,
     Span,
     Switch,
+    TorchOp,
     Truth,
     gate_id,
 )
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 class Detection:
     gates: tuple[Gate, ...] = ()
     skips: tuple[Skip, ...] = ()
+    # Facts published for the detectors that run later (`Batch.ops`), not reported themselves.
+    ops: tuple[TorchOp, ...] = ()
 
 
 class Scope(str, enum.Enum):
@@ -79,6 +82,7 @@ class Batch:
     executor: Callable[[], Executor] | None = None  # a process pool, for a detector that parallelises
     jobs: int = 1
     cache: DetectorCache | None = None  # the scan cache, for a detector that caches its own work
+    ops: tuple[TorchOp, ...] = ()  # published by the detectors that ran before (part of the cache key)
 
 
 class Detector(Protocol):
@@ -217,6 +221,8 @@ class DetectorCache(Protocol):
 
     def store_details(self, key: str, value: dict[str, tuple[object, ...]]) -> None: ...
 
-    def load_result(self, key: str) -> tuple[list[Gate], list[Skip]] | None: ...
+    def load_result(self, key: str) -> tuple[list[Gate], list[Skip], list[TorchOp]] | None: ...
 
-    def store_result(self, key: str, gates: list[Gate], skips: list[Skip]) -> None: ...
+    def store_result(
+        self, key: str, gates: list[Gate], skips: list[Skip], ops: Sequence[TorchOp] = ()
+    ) -> None: ...

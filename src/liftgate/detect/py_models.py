@@ -35,11 +35,13 @@ from liftgate.detect.pyvalues import (
     device_props_value,
     join,
     lift,
+    normalize,
     sm_number_value,
     triton_target_value,
     truthiness,
 )
-from liftgate.model import Evidence
+from liftgate.detect.runtime_arch import archs_for_capabilities, capabilities
+from liftgate.model import Evidence, TorchOp
 
 if TYPE_CHECKING:
     from liftgate.detect.py_eval import Evaluator
@@ -74,6 +76,8 @@ def call_model(
     ev = Evidence(shown, path, line)
     if isinstance(element, Builtin) and element.name in _PY_BUILTINS:
         return _PY_BUILTINS[element.name](interp, args, kwargs, frame, node)
+    if isinstance(element, ExternalRef) and dotted.startswith("torch.ops.") and name in interp.torch_ops:
+        return call_op(interp, interp.torch_ops[name], args, ev)
     if name in ("get_device_capability", "nvmlDeviceGetCudaComputeCapability"):
         return capability_value(ev)
     if name == "get_device_properties":
@@ -120,6 +124,41 @@ def call_model(
         )
     if isinstance(element, Builtin) and element.name == "identity":
         return args[0] if args else TOP
+    return TOP
+
+
+def call_op(interp: Evaluator, ops: list[TorchOp], args: list[AV], site: Evidence) -> AV:
+    """``torch.ops.<ns>.<name>(…)`` of a query op the scan's C++ registers (`TorchOp`): when the
+    argument at the op's capability position is the device's capability as ``major * 10 + minor``
+    in every lane (``capability.to_int()``), the result is what the C++ function returns there,
+    and the call is remembered so the C++ branches it decides are reported with it. Anything
+    else passed learns nothing ("anything")."""
+    for op in ops:
+        if op.position >= len(args):
+            continue
+        value = args[op.position]
+        if not all(value.lane(i) == {cc[0] * 10 + cc[1]} for i, cc in enumerate(capabilities())):
+            continue
+        # The call, then how its caller came by the capability (the frames it was passed down).
+        calls = interp.op_calls.setdefault((op.package, op.name, op.position), {})
+        calls[site] = None
+        for step in value.trail:
+            calls.setdefault(step, None)
+        sets: list[frozenset[object]] = []
+        for cc in capabilities():
+            archs = archs_for_capabilities((cc,))
+            if archs and not archs - op.returns_true:
+                sets.append(frozenset({True}))
+            elif not archs & (op.returns_true | op.returns_unknown):
+                sets.append(frozenset({False}))
+            else:
+                sets.append(frozenset({True, False}))
+        returned = Evidence(
+            f"torch op {op.name} runs the C++ {op.function}() with {op.parameter} = the capability",
+            op.path,
+            op.line,
+        )
+        return AV(normalize(sets), value.inferred, value.trail, value.deps).with_trail(site, returned)
     return TOP
 
 

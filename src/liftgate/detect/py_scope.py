@@ -34,7 +34,7 @@ from liftgate.detect.pyvalues import (
     join,
     lift,
 )
-from liftgate.model import Evidence
+from liftgate.model import Evidence, TorchOp
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -105,6 +105,10 @@ class Scopes:
         # Parameters that callers fill with a device-dependent value: function node id → parameter →
         # (value, the call site) — at most 8 sites a parameter (`Evaluator._record_call_site`).
         self.call_sites: dict[int, dict[str, list[tuple[AV, Evidence]]]] = {}
+        # Torch ops the C-family detector published (`TorchOp`), by op name, and the calls that passed
+        # one the capability: (op's package, name, position) -> the call sites (`py_models.call_op`).
+        self.torch_ops: dict[str, list[TorchOp]] = {}
+        self.op_calls: dict[tuple[str, str, int], dict[Evidence, None]] = {}
 
     # modules
 
@@ -115,7 +119,9 @@ class Scopes:
         """The scanned module an import names: itself, or the one module whose name ends in it (a
         tree scanned above its import root, such as ``python/sglang/…``). A suffix two modules share
         names neither: ``flash_attn`` in vLLM is the third-party package, not one of vLLM's two
-        ``…backends.flash_attn`` modules (picking one made the result depend on the hash seed)."""
+        ``…backends.flash_attn`` modules (picking one made the result depend on the hash seed). The
+        part cut off must not be a package itself: ``import torch`` in vLLM 0.33.0 is torch, not
+        ``vllm.model_executor.kernels.mhc.torch`` (whose parent ``…mhc`` is a scanned package)."""
         if name in self._module_names:
             return name
         if self._suffix_index is None:
@@ -124,6 +130,8 @@ class Scopes:
             for full in sorted(self._module_names):
                 parts = full.split(".")
                 for i in range(1, len(parts)):
+                    if ".".join(parts[:i]) in self._module_names:
+                        break  # below a scanned package: an absolute import cannot name it so
                     suffix = ".".join(parts[i:])
                     if index.setdefault(suffix, full) != full:
                         shared.add(suffix)

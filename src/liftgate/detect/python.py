@@ -37,7 +37,7 @@ from liftgate.detect.py_binding import Module, collapse, collect_bindings, modul
 from liftgate.detect.py_eval import MAX_EVAL_NESTING
 from liftgate.detect.py_gates import GateEmitter, is_guard
 from liftgate.detect.py_interpreter import Interpreter, runtime_prefilter
-from liftgate.model import Gate, Skip
+from liftgate.model import Gate, Skip, TorchOp
 
 __all__ = [
     "MAX_PY_FILE_SIZE",
@@ -84,6 +84,13 @@ class PythonAnalyzer:
         self._max = max_file_size
         self._loadable: set[str] = set()
         self.interpreter = Interpreter(self._load, self._sources)
+
+    def add_torch_ops(self, ops: Iterable[TorchOp]) -> None:
+        """The C++ query ops (`TorchOp`) that ``torch.ops.<ns>.<name>`` calls resolve to: a module
+        that names one is read in the first round, and a function that calls one is walked."""
+        for op in ops:
+            self.interpreter.torch_ops.setdefault(op.name, []).append(op)
+            self.interpreter.arch_names.add(op.name)
 
     def source(self, name: str) -> PySource:
         """The source a module name stands for."""
@@ -184,7 +191,11 @@ class PythonAnalyzer:
         """
         sinks: list[GateEmitter] = []
         walked: set[str] = set()
-        todo = {name for name in self._sources if self._prefilter(name)}
+        ops = {n.encode() for n in self.interpreter.torch_ops}
+        todo = {
+            name for name in self._sources
+            if self._prefilter(name) or (ops and not self._identifiers(name).isdisjoint(ops))
+        }  # fmt: skip
         self._loadable = todo | {n for n, src in self._sources.items() if src.path.endswith("__init__.py")}
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 6000))

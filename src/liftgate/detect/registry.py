@@ -9,14 +9,15 @@ for ties: gates are sorted by package, path and line, and a stable sort keeps de
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from liftgate.detect.binary import detect_binaries, is_binary_candidate
 from liftgate.detect.buildflags import link_build_flags
 from liftgate.detect.cfamily import CFamilyDetector
 from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.interface import Batch, Detection, Detector, Scope, not_analysed
-from liftgate.model import Gate, Skip
+from liftgate.model import Evidence, Gate, Skip, TorchOp
 from liftgate.sources.interface import DEFAULT_MAX_PY_FILE_SIZE
 from liftgate.sources.workspace import read_text
 
@@ -71,6 +72,7 @@ class PythonDetector:
                 (source_from_file(f.package, f.version, f.path, f.fspath) for f in files),
                 max_file_size=min(batch.settings.max_file_size, DEFAULT_MAX_PY_FILE_SIZE),
             )
+            analyzer.add_torch_ops(batch.ops)
             try:
                 gates.extend(analyzer.analyze())
             except Exception as exc:  # the analyzer catches per module itself; this is a bug
@@ -95,6 +97,7 @@ class PythonDetector:
                 gates.extend(detection.gates)
                 skips.extend(detection.skips)
             skips.extend(analyzer.skips)
+            gates.extend(op_gates(batch.ops, analyzer.interpreter.op_calls))
             # Dropped while the collector is still off: freed by reference counts, not by a full
             # collection over millions of syntax-tree objects the moment it is back on.
             del analyzer
@@ -105,6 +108,26 @@ class PythonDetector:
 
     def reset(self) -> None:
         pass
+
+
+def op_gates(
+    ops: Sequence[TorchOp], calls: Mapping[tuple[str, str, int], Mapping[Evidence, None]]
+) -> list[Gate]:
+    """The parametric C++ gates of each torch op some Python passes the capability to, each with
+    the call sites that decide it (a C++ branch on a parameter is a gate only where a caller
+    passes the device's capability; `liftgate.detect.cpp_ops`)."""
+    out: list[Gate] = []
+    for op in ops:
+        steps = calls.get((op.package, op.name, op.position))
+        if not steps:
+            continue
+        # The calls and how their callers came by the capability, in a fixed order (the walk's
+        # order depends on which module was read first), at most 12.
+        shown = sorted(steps, key=lambda e: (e.path or "", e.line or 0, e.text))[:12]
+        registered = Evidence(f"{op.function}() is registered as torch op {op.name}", *op.registered)
+        via = Evidence(f"Python passes the capability to torch op {op.name}:")
+        out.extend(replace(g, evidence=(*g.evidence, registered, via, *shown)) for g in op.gates)
+    return out
 
 
 class BinaryDetector:

@@ -15,7 +15,7 @@ import marshal
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import cast
@@ -37,12 +37,13 @@ from liftgate.model import (
     Span,
     Switch,
     SwitchKind,
+    TorchOp,
     Truth,
 )
 from liftgate.sources.interface import SourceFile
 from liftgate.sources.workspace import stat_hit
 
-CACHE_FORMAT = "scan-v5"
+CACHE_FORMAT = "scan-v6"
 # path -> (size, mtime_ns, tag, stamp_ns): the tag is the content digest or ``skip:<reason>``,
 # stamp_ns when the file was read (a clock reading taken before it).
 StatEntry = tuple[int, int, str, int]
@@ -128,27 +129,62 @@ class ScanCache:
     def store_details(self, key: str, value: dict[str, tuple[object, ...]]) -> None:
         self._store(f"details/{key}-{code_fingerprint()[:16]}.bin", value)
 
-    def load_result(self, key: str) -> tuple[list[Gate], list[Skip]] | None:
+    def load_result(self, key: str) -> tuple[list[Gate], list[Skip], list[TorchOp]] | None:
         value = self._load(f"result/{key}.bin")
-        if not (isinstance(value, tuple) and len(value) == 2):
+        if not (isinstance(value, tuple) and len(value) == 3):
             return None
         # Thousands of small objects at once: the cyclic GC would only slow this down.
         enabled = gc.isenabled()
         gc.disable()
         try:
-            gate_rows, skip_rows = value
-            return [gate_from_row(row) for row in gate_rows], [Skip(*row) for row in skip_rows]
+            gate_rows, skip_rows, op_rows = value
+            return (
+                [gate_from_row(row) for row in gate_rows],
+                [Skip(*row) for row in skip_rows],
+                [op_from_row(row) for row in op_rows],
+            )
         except (TypeError, ValueError, KeyError):
             return None
         finally:
             if enabled:
                 gc.enable()
 
-    def store_result(self, key: str, gates: list[Gate], skips: list[Skip]) -> None:
+    def store_result(
+        self, key: str, gates: list[Gate], skips: list[Skip], ops: Sequence[TorchOp] = ()
+    ) -> None:
         self._store(
             f"result/{key}.bin",
-            (shared([gate_to_row(g) for g in gates]), [(s.path, s.reason, s.package) for s in skips]),
+            (
+                shared([gate_to_row(g) for g in gates]),
+                [(s.path, s.reason, s.package) for s in skips],
+                [op_to_row(op) for op in ops],
+            ),
         )
+
+
+def ops_digest(ops: Sequence[TorchOp]) -> str:
+    """A digest of published facts, for the cache key of a detector that reads them."""
+    if not ops:
+        return ""
+    return hashlib.sha256(repr([op_to_row(op) for op in ops]).encode()).hexdigest()[:32]
+
+
+def op_to_row(op: TorchOp) -> tuple[object, ...]:
+    return (
+        op.package, op.version, op.name, op.function, op.path, op.line, op.parameter, op.position,
+        op.returns_true.mask, op.returns_unknown.mask, op.registered, tuple(gate_to_row(g) for g in op.gates),
+    )  # fmt: skip
+
+
+def op_from_row(row: tuple[object, ...]) -> TorchOp:
+    (package, version, name, function, path, line, parameter, position, true, unknown, registered,
+     gates) = row  # fmt: skip
+    return TorchOp(
+        package, version, name, function, path, line, parameter, position,  # type: ignore[arg-type]
+        ArchSet.from_mask(true), ArchSet.from_mask(unknown),  # type: ignore[arg-type]
+        tuple(registered),  # type: ignore[arg-type]
+        tuple(gate_from_row(g) for g in gates),  # type: ignore[attr-defined]
+    )  # fmt: skip
 
 
 def shared(value: object, seen: dict[object, object] | None = None) -> object:

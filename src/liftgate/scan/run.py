@@ -5,7 +5,9 @@ later stages read files through, and calls each detector of `liftgate.detect.reg
 files it wants: per package, per file or all at once, as the detector's scope says. Every call
 is wrapped in the one safety net (an exception becomes a `Skip` naming the file and the failure,
 `liftgate.detect.interface.not_analysed`). A detector that does not cache its own work is cached
-here, under the digests of the files it wanted. Judging, chains and traces are separate library
+here, under the digests of the files it wanted and of the facts earlier detectors published for it
+(`Detection.ops`, handed on as `Batch.ops`: the C-family detector's torch ops, which the Python
+detector resolves ``torch.ops.…`` calls with). Judging, chains and traces are separate library
 calls on the result (`liftgate.judge.judge_scan`, `liftgate.chain.find_chains`,
 `liftgate.trace.match.map_trace`).
 """
@@ -22,8 +24,8 @@ from pathlib import Path
 
 from liftgate.arch.core import Arch
 from liftgate.detect.interface import Batch, Detection, Detector, Scope, Settings, not_analysed
-from liftgate.model import Gate, PackageSummary, Report, Skip, Target
-from liftgate.scan.cache import ScanCache, code_fingerprint, content_digests
+from liftgate.model import Gate, PackageSummary, Report, Skip, Target, TorchOp
+from liftgate.scan.cache import ScanCache, code_fingerprint, content_digests, ops_digest
 from liftgate.scan.pool import Pool
 from liftgate.scan.toolkit import local_cuda_version
 from liftgate.sources.interface import DEFAULT_MAX_FILE_SIZE, NullObserver, Observer, Package, SourceFile
@@ -116,6 +118,7 @@ def scan(
             found = runner.run(detector, packages, examined)
             gates.extend(found.gates)
             skips.extend(found.skips)
+            runner.published.extend(found.ops)
     finally:
         runner.close()
     if not only_python:
@@ -147,6 +150,7 @@ class Runner:
         self.cache = cache
         self.observer = observer
         self.pool = pool
+        self.published: list[TorchOp] = []  # facts earlier detectors published for later ones
 
     def close(self) -> None:
         self.pool.close()
@@ -159,6 +163,7 @@ class Runner:
     ) -> Detection:
         gates: list[Gate] = []
         skips: list[Skip] = []
+        ops: list[TorchOp] = []
         wanted = [[f for f in p.files if detector.wants(f.path)] for p in packages]
         for k, files in enumerate(wanted):
             examined.update((k, f.path) for f in files)
@@ -173,7 +178,8 @@ class Runner:
             found = self._cached(detector, package, files)
             gates.extend(found.gates)
             skips.extend(found.skips)
-        return Detection(tuple(gates), tuple(skips))
+            ops.extend(found.ops)
+        return Detection(tuple(gates), tuple(skips), tuple(ops))
 
     def _cached(self, detector: Detector, package: Package | None, files: list[SourceFile]) -> Detection:
         if detector.caches_itself:
@@ -185,13 +191,14 @@ class Runner:
         )
         for f in sorted(files, key=lambda f: (f.package, f.path)):
             digest.update(f"{f.package}\x1f{f.version}\x1f{f.path}\x1f{contents[f.fspath]}\x1e".encode())
+        digest.update(ops_digest(self.published).encode())  # what earlier detectors told this one
         key = f"{detector.name}-{digest.hexdigest()[:32]}"
         cached = self.cache.load_result(key)
         if cached is not None:
-            return Detection(tuple(cached[0]), tuple(cached[1]))
+            return Detection(tuple(cached[0]), tuple(cached[1]), tuple(cached[2]))
         found, failed = self._call(detector, package, files)
         if not failed:  # a failure may pass (memory, a broken worker): it is never remembered
-            self.cache.store_result(key, list(found.gates), list(found.skips))
+            self.cache.store_result(key, list(found.gates), list(found.skips), found.ops)
         return found
 
     def _call(
@@ -225,7 +232,7 @@ class Runner:
         """The one safety net: whatever a detector raises becomes a Skip, and the scan goes on."""
         batch = Batch(
             files, self.workspace, self.settings, self.observer, package,
-            self.pool.get, self.pool.jobs, self.cache,
+            self.pool.get, self.pool.jobs, self.cache, tuple(self.published),
         )  # fmt: skip
         try:
             return detector.detect(batch), False

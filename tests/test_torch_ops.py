@@ -1,0 +1,141 @@
+"""Capability passed from Python into C++ through a torch custom op: ``tests/fixtures/cpp_runtime/opslib``.
+
+The C-family detector publishes each query op the C++ registers (`TorchOp`: what the function
+returns per target with its ``int`` parameter bound to the capability, and the branches on that
+parameter); the Python detector resolves ``torch.ops._C.<op>(capability)`` to that result, so the
+callers' conditions are gates, and reports the C++ branches with the Python calls that decide
+them. Every line where a gate must start is marked ``gate: <kind> admits <capabilities>``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+import liftgate
+from liftgate.arch.core import ArchSet
+from liftgate.detect.cpp_ops import find_registrations
+from liftgate.detect.runtime_arch import archs_for_capabilities
+from liftgate.model import Gate, GateKind, Report
+
+TREE = Path(__file__).parent / "fixtures" / "cpp_runtime" / "opslib"
+MARK = re.compile(r"(?://|#)\s*gate:\s*(?P<kind>[\w-]+) admits (?P<caps>[\d. ]+)$")
+NOT_A_GATE = re.compile(r"(?://|#)\s*not a gate\b")
+SOURCES = [
+    "csrc/fp4/nvfp4_entry.cu",
+    "csrc/torch_bindings.cpp",
+    "opslib/_custom_ops.py",
+    "opslib/nvfp4_utils.py",
+]
+
+
+def caps(text: str) -> ArchSet:
+    return archs_for_capabilities(tuple(int(x) for x in c.split(".")) for c in text.split())  # type: ignore[misc]
+
+
+@cache
+def report() -> Report:
+    return liftgate.scan([str(TREE)], ["sm_120"], use_cache=False)
+
+
+def gates_in(path: str, found: Report | None = None) -> list[Gate]:
+    return [g for g in (found or report()).gates if g.location.path == path and g.kind is not GateKind.CMAKE]
+
+
+def test_every_source_is_checked() -> None:
+    on_disk = {p.relative_to(TREE).as_posix() for p in TREE.rglob("*") if p.suffix in (".cu", ".cpp", ".py")}
+    assert on_disk - {"opslib/__init__.py"} == set(SOURCES)
+
+
+@pytest.mark.parametrize("path", SOURCES)
+def test_markers(path: str) -> None:
+    lines = (TREE / path).read_text().splitlines()
+    wanted = {n: m for n, text in enumerate(lines, 1) if (m := MARK.search(text))}
+    unwanted = {n for n, text in enumerate(lines, 1) if NOT_A_GATE.search(text)}
+    found = {g.location.line: g for g in gates_in(path)}
+    assert sorted(found) == sorted(wanted), [
+        (g.location.line, g.kind.value, g.condition) for g in found.values()
+    ]
+    assert not set(found) & unwanted
+    for line, mark in wanted.items():
+        gate = found[line]
+        assert gate.kind.value == mark.group("kind"), (line, gate.kind)
+        assert gate.admitted == caps(mark.group("caps")), (line, gate.admitted.render())
+        assert gate.unknown == ArchSet.none(), (line, gate.unknown.render())
+
+
+def test_the_cpp_branch_names_the_op_and_the_python_that_passes_the_capability() -> None:
+    (branch,) = [g for g in gates_in("csrc/fp4/nvfp4_entry.cu") if g.location.line == 12]
+    said = [e.render() for e in branch.evidence]
+    assert any("scaled_mm_supports_fp4 is parametric" in s for s in said)
+    assert (
+        "scaled_mm_supports_fp4() is registered as torch op scaled_mm_supports_fp4 at csrc/torch_bindings.cpp:9"
+        in said
+    )
+    assert "torch.ops._C.scaled_mm_supports_fp4(cap) at opslib/_custom_ops.py:7" in said
+    assert "called as ops.scaled_mm_supports_fp4(capability) at opslib/nvfp4_utils.py:11" in said
+    assert any("ENABLE_NVFP4_SM120 is passed by the build" in s for s in said)
+
+
+def test_the_python_caller_names_the_cpp_function_it_reaches() -> None:
+    (caller,) = [g for g in gates_in("opslib/nvfp4_utils.py") if g.location.line == 15]
+    said = [e.render() for e in caller.evidence]
+    assert (
+        "torch op scaled_mm_supports_fp4 runs the C++ scaled_mm_supports_fp4() with cuda_device_capability "
+        "= the capability at csrc/fp4/nvfp4_entry.cu:3"
+    ) in said
+
+
+def test_an_op_passed_something_else_reports_nothing() -> None:
+    """``fp4_tile_n(num_experts)`` is a query op with an int parameter, but its callers pass a count:
+    its branch on that parameter is never a gate, and the Python caller learns nothing."""
+    assert not [g for g in gates_in("csrc/fp4/nvfp4_entry.cu") if "num_experts" in g.condition]
+
+
+def test_without_the_cpp_the_python_learns_nothing(tmp_path: Path) -> None:
+    tree = tmp_path / "opslib"
+    shutil.copytree(TREE, tree, ignore=shutil.ignore_patterns("csrc"))
+    found = liftgate.scan([str(tree)], ["sm_120"], use_cache=False)
+    assert not [
+        g for g in found.gates if g.location.path == "opslib/nvfp4_utils.py" and g.location.line == 15
+    ]
+
+
+def test_a_cpp_change_reaches_the_python_gates_through_the_cache(tmp_path: Path) -> None:
+    tree = tmp_path / "opslib"
+    shutil.copytree(TREE, tree)
+    cache_dir = str(tmp_path / "cache")
+    cold = liftgate.scan([str(tree)], ["sm_120"], cache_dir=cache_dir)
+    warm = liftgate.scan([str(tree)], ["sm_120"], cache_dir=cache_dir)
+    assert cold.gates == warm.gates == report().gates
+    entry = tree / "csrc/fp4/nvfp4_entry.cu"
+    entry.write_text(
+        entry.read_text().replace("cuda_device_capability < 130", "cuda_device_capability < 121")
+    )
+    changed = liftgate.scan([str(tree)], ["sm_120"], cache_dir=cache_dir)
+    (caller,) = [g for g in gates_in("opslib/nvfp4_utils.py", changed) if g.location.line == 15]
+    assert caller.admitted == caps("10.0 10.3 12.0")
+
+
+def test_registrations_are_read_from_the_schema_and_the_impl() -> None:
+    text = """
+    TORCH_LIBRARY(_C, m) {
+      m.def("supports(int cap) -> bool");
+      m.impl("supports", torch::kCUDA, &ns::supports);
+      m.def("tile(Tensor a, int n, int? k=None) -> int");
+      m.impl("tile", TORCH_BOX(&tile_impl));
+      m.def("run(Tensor a) -> ()");
+      m.impl("run", &run);
+      m.def("unbound(int cap) -> bool");
+    }
+    """
+    regs = find_registrations({"b.cpp": text})
+    assert [(r.op, r.function, r.int_positions()) for r in regs] == [
+        ("supports", "supports", (0,)),
+        ("tile", "tile_impl", (1,)),
+    ]
+    assert regs[0].line == 4
