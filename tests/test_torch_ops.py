@@ -139,3 +139,22 @@ def test_registrations_are_read_from_the_schema_and_the_impl() -> None:
         ("tile", "tile_impl", (1,)),
     ]
     assert regs[0].line == 4
+
+
+def test_the_cpp_branches_are_linked_to_the_python_gates_that_decide_them() -> None:
+    from liftgate.chain import find_chains
+    from liftgate.model import Relation
+
+    branches = [g for g in gates_in("csrc/fp4/nvfp4_entry.cu") if g.kind is GateKind.CPP_RUNTIME]
+    by_line = {(g.location.path, g.location.line): g.id for g in report().gates}
+    deciding = {by_line[("opslib/_custom_ops.py", 7)], by_line[("opslib/nvfp4_utils.py", 11)]}
+    assert branches and all(set(g.decided_at) == deciding for g in branches)
+    # Chains start at the gates that shut a target out: sm_110 passes the C++ tests as written, but
+    # no build for it passes the flags, so the op is false there.
+    chained = find_chains(liftgate.scan([str(TREE)], ["sm_110"], use_cache=False), judge=False)
+    assert chained.chains is not None
+    for root in deciding:
+        (chain,) = [c for c in chained.chains if c.root_id == root]
+        assert {link.gate_id for link in chain.links if link.relation is Relation.OP} == {
+            g.id for g in branches
+        }

@@ -246,6 +246,8 @@ class Gate:
     build_macros: tuple[str, ...] = ()  # cpp-runtime: build flags (-D) the host code is compiled under
     coverage: BinaryCoverage | None = None  # binary: native and PTX-JIT archs
     switches: tuple[Switch, ...] = ()  # settings off by default that would open the gate
+    # cpp-runtime branches on a parameter: ids of the Python gates at the calls that pass it (torch ops)
+    decided_at: tuple[str, ...] = ()
 
     @property
     def excluded(self) -> ArchSet:
@@ -371,6 +373,7 @@ class Relation(str, enum.Enum):
     BUILDS = "builds"  # a JIT build filter in a function it calls
     COMPILES = "compiles"  # a CUDA gate in the sources a build filter or arch list compiles
     FLAG = "flag"  # host code compiled under a flag a CMake gate passes
+    OP = "op"  # a C++ branch that decides what a torch op the parent calls returns
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +383,7 @@ class ChainLink:
     ``relation``: ``root``; ``calls`` (a guard at the top of a function the parent's code calls);
     ``builds`` (a JIT build filter in a function it calls); ``compiles`` (a CUDA gate in the sources
     a build filter or arch list compiles); ``flag`` (host code compiled under a flag a CMake gate
-    passes). ``via`` lists the steps; ``exact`` is false when a step was resolved by a name alone.
+    passes); ``op`` (a C++ branch that decides what a torch op the parent calls returns). ``via`` lists the steps; ``exact`` is false when a step was resolved by a name alone.
     """
 
     gate_id: str

@@ -16,6 +16,8 @@ target for the feature to work there:
   targets, is a link. Gates with a fallback (``#if __CUDA_ARCH__ < 800 … #else …``) are not:
   the target takes the other branch.
 * **flag**: a C++ host gate compiled only where a CMake gate passes its ``-D`` flag.
+* **op**: a C++ branch on a parameter that decides what a torch op returns, linked to the Python
+  gates at the calls that pass it the capability (`Gate.decided_at`).
 
 Each link says how it was found (the calls, the include) and whether every step was exact;
 a step resolved by a method's name alone is marked inexact. Nothing here names a package: the
@@ -227,6 +229,17 @@ def _build_chain(ctx: ChainContext, root: Gate) -> Chain:
         return Chain(root.id, tuple(links), tuple(notes))
     if root.kind is not GateKind.PY_RUNTIME:
         return Chain(root.id, tuple(links), tuple(notes))
+    for g in ctx.gates:  # C++ branches that decide what a torch op this gate calls returns
+        if root.id in g.decided_at:
+            add(
+                ChainLink(
+                    g.id,
+                    root.id,
+                    Relation.OP,
+                    ("its value comes from this C++ branch through a torch op",),
+                    True,
+                )
+            )
 
     fn, lo, hi, raises = _region(ctx, root)
     if fn is None:

@@ -97,7 +97,7 @@ class PythonDetector:
                 gates.extend(detection.gates)
                 skips.extend(detection.skips)
             skips.extend(analyzer.skips)
-            gates.extend(op_gates(batch.ops, analyzer.interpreter.op_calls))
+            gates.extend(op_gates(batch.ops, analyzer.interpreter.op_calls, gates))
             # Dropped while the collector is still off: freed by reference counts, not by a full
             # collection over millions of syntax-tree objects the moment it is back on.
             del analyzer
@@ -111,11 +111,17 @@ class PythonDetector:
 
 
 def op_gates(
-    ops: Sequence[TorchOp], calls: Mapping[tuple[str, str, int], Mapping[Evidence, None]]
+    ops: Sequence[TorchOp],
+    calls: Mapping[tuple[str, str, int], Mapping[Evidence, None]],
+    python: Sequence[Gate] = (),
 ) -> list[Gate]:
     """The parametric C++ gates of each torch op some Python passes the capability to, each with
     the call sites that decide it (a C++ branch on a parameter is a gate only where a caller
-    passes the device's capability; `liftgate.detect.cpp_ops`)."""
+    passes the device's capability; `liftgate.detect.cpp_ops`) and, in ``decided_at``, the ids of
+    the ``python`` gates at those calls."""
+    at: dict[tuple[str, int], list[str]] = {}
+    for g in python:
+        at.setdefault((g.location.path, g.location.line), []).append(g.id)
     out: list[Gate] = []
     for op in ops:
         steps = calls.get((op.package, op.name, op.position))
@@ -126,7 +132,12 @@ def op_gates(
         shown = sorted(steps, key=lambda e: (e.path or "", e.line or 0, e.text))[:12]
         registered = Evidence(f"{op.function}() is registered as torch op {op.name}", *op.registered)
         via = Evidence(f"Python passes the capability to torch op {op.name}:")
-        out.extend(replace(g, evidence=(*g.evidence, registered, via, *shown)) for g in op.gates)
+        deciding = tuple(
+            dict.fromkeys(gid for e in shown if e.path and e.line for gid in at.get((e.path, e.line), ()))
+        )
+        out.extend(
+            replace(g, evidence=(*g.evidence, registered, via, *shown), decided_at=deciding) for g in op.gates
+        )
     return out
 
 

@@ -133,6 +133,7 @@ def facts_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
              "unknown": w.unknown.names()}
             for w in gate.switches
         ],
+        "decided_at": list(gate.decided_at),
         "coverage": None
         if coverage is None
         else {

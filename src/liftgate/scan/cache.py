@@ -274,12 +274,14 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
         if coverage is None
         else (coverage.native.mask, coverage.ptx_jit.mask, coverage.images, coverage.compressed),
         tuple((w.name, w.kind.value, w.setting, w.admitted.mask, w.unknown.mask) for w in g.switches),
+        g.decided_at,
     )
 
 
 def gate_from_row(row: tuple[object, ...]) -> Gate:
     (gid, kind, loc, condition, admitted, unknown, host, then_span, else_span, else_kind, confidence, evidence,
-     depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage, switches) = row  # fmt: skip
+     depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage, switches,
+     decided_at) = row  # fmt: skip
     package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
     cov = cast(tuple[int, int, int, int] | None, coverage)
     return Gate(
@@ -309,4 +311,5 @@ def gate_from_row(row: tuple[object, ...]) -> Gate:
             Switch(name, SwitchKind(kind), setting, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
             for name, kind, setting, adm, unk in cast(tuple[tuple[str, str, str, int, int], ...], switches)
         ),
+        decided_at=decided_at,  # type: ignore[arg-type]
     )
