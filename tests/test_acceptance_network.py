@@ -227,6 +227,62 @@ def test_vllm_scaled_mm_host_dispatch(report_vllm_sdist: Report) -> None:
     assert any("-DENABLE_SCALED_MM_SM100" in e.text and e.path == "CMakeLists.txt" for e in sm100.evidence)
 
 
+NVFP4_ENTRY = "csrc/quantization/fp4/nvfp4_scaled_mm_entry.cu"
+
+
+def test_vllm_nvfp4_chain_from_python_through_the_torch_op_to_the_build_flags(
+    report_vllm_sdist: Report,
+) -> None:
+    """vLLM 0.33.0 (issue 18): nvfp4_utils.py:58 passes the capability to
+    torch.ops._C.cutlass_scaled_mm_supports_fp4, whose C++ branches (lines 79, 83) sit under
+    -DENABLE_NVFP4_SM100/SM120, flags CMakeLists.txt passes only inside arch gates."""
+    at = {(g.location.path, g.location.line, g.kind): g for g in report_vllm_sdist.gates}
+    sm100, sm120 = {(10, 0), (10, 3), (11, 0)}, {(12, 0), (12, 1)}
+    # The build-flag #ifs are cuda-pp gates with the CMake gate's admitted set, naming it.
+    for line, caps in ((23, sm100), (32, sm120), (52, sm100), (59, sm120), (78, sm100), (82, sm120)):
+        gate = at[(NVFP4_ENTRY, line, GateKind.CUDA_PP)]
+        assert _caps(gate.admitted) == caps, line
+        (origin,) = gate.macros
+        assert origin.path == "CMakeLists.txt" and origin.build_gate is not None
+        assert at[
+            ("CMakeLists.txt", report_vllm_sdist_line(report_vllm_sdist, origin.build_gate), GateKind.CMAKE)
+        ]
+    # The parameter's branches are parametric gates, decided by the Python that passes it.
+    caller = at[("vllm/_custom_ops.py", 750, GateKind.PY_RUNTIME)]
+    for line, caps in ((79, sm100), (83, sm120)):
+        branch = at[(NVFP4_ENTRY, line, GateKind.CPP_RUNTIME)]
+        assert _caps(branch.admitted) == caps, line
+        assert caller.id in branch.decided_at
+        said = [e.render() for e in branch.evidence]
+        assert any("cutlass_scaled_mm_supports_fp4 is parametric" in t for t in said)
+        assert any(t.endswith("at csrc/torch_bindings.cpp:982") for t in said)
+    # The Python caller reads the C++ result: true exactly where a build for the GPU has the kernel.
+    python = at[("vllm/model_executor/layers/quantization/utils/nvfp4_utils.py", 58, GateKind.PY_RUNTIME)]
+    assert _caps(python.admitted) == sm100 | sm120 and not python.unknown
+    assert python.status(SM["sm_120"]) is Status.ADMITTED and python.status(SM["sm_90"]) is Status.EXCLUDED
+    # A single-arch sm_120 build: the SM120 dispatch (line 60) runs, the SM100 one (53) is not there.
+    assert at[(NVFP4_ENTRY, 60, GateKind.CPP_RUNTIME)].status(SM["sm_120"]) is Status.ADMITTED
+    assert at[(NVFP4_ENTRY, 53, GateKind.CPP_RUNTIME)].status(SM["sm_120"]) is Status.EXCLUDED
+
+
+def report_vllm_sdist_line(report: Report, gate_id: str) -> int:
+    return next(g.location.line for g in report.gates if g.id == gate_id)
+
+
+def test_vllm_mxfp4_experts_quant_reaches_python_through_its_op(report_vllm_sdist: Report) -> None:
+    """cutlass_moe.py:1037 asks ops.mxfp4_experts_quant_supported(capability.to_int()): the C++
+    (mxfp4_experts_quant.cu:383) admits 10.x–11.0 only, so sm_120 is turned away there."""
+    (gate,) = [
+        g
+        for g in report_vllm_sdist.gates
+        if g.location.path == "vllm/model_executor/layers/fused_moe/experts/cutlass_moe.py"
+        and g.location.line == 1037
+    ]
+    assert _caps(gate.admitted) == {(10, 0), (10, 3), (11, 0)}
+    assert gate.status(SM["sm_120"]) is Status.EXCLUDED
+    assert any("torch op mxfp4_experts_quant_supported runs the C++" in e.text for e in gate.evidence)
+
+
 def test_vllm_required_capability_message_is_evidence(report_vllm_sdist: Report) -> None:
     gate = next(
         g
