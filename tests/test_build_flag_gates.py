@@ -204,8 +204,11 @@ def test_host_code_under_flags_is_there_exactly_for_the_targets_whose_build_comp
     assert check.admitted == blackwell | geforce
     assert parse_arch("sm_110") not in check.admitted | check.unknown
     branch = gate_at(path, line_of(path, "if (sm >= 100 && sm < 120) return true;"), GateKind.CPP_RUNTIME)
-    assert branch.admitted == blackwell  # sm_110 passes the condition as written, but its build lacks it
+    sm110 = archs("sm_110", "sm_110a", "sm_110f")
+    assert branch.admitted == blackwell | sm110  # the condition as written
+    assert branch.reach == blackwell  # but only the builds for 10.0 and 10.3 compile it
     said = "\n".join(e.render() for e in branch.evidence if e.outcome)
-    assert (
-        "also lets sm_110, sm_110a, sm_110f through" in said and "no build for those targets compiles" in said
-    )
+    assert "admits sm_110, sm_110a, sm_110f, but no build for those targets compiles" in said
+    host = gate_at(path, line_of(path, "if (sm >= 120 && sm < 130) {"), GateKind.CPP_RUNTIME)
+    assert host.reach == geforce and not [e for e in host.evidence if e.outcome and "no build" in e.text]
+    assert check.reach == blackwell | geforce

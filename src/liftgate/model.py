@@ -248,6 +248,9 @@ class Gate:
     switches: tuple[Switch, ...] = ()  # settings off by default that would open the gate
     # cpp-runtime branches on a parameter: ids of the Python gates at the calls that pass it (torch ops)
     decided_at: tuple[str, ...] = ()
+    # cpp-runtime code under build flags the package passes per target: the targets whose build
+    # compiles it (or may); the admitted set stays the condition's. None: every build has it.
+    reach: ArchSet | None = None
 
     @property
     def excluded(self) -> ArchSet:

@@ -77,18 +77,16 @@ class GateEmitter:
         lanes = ccs()
         tok_region = frame.toks[cond_node.start].region if cond_node.start < len(frame.toks) else region
         reg = self.regions[tok_region]
-        # Host code that only some targets' builds compile (build flags): the others never reach it.
+        # A lane whose build lacks this host code (build flags): an undecided condition there is
+        # no unknown, the code is not there; a decided one stays as written.
         _present, absent = interp.presence(reg)
         admitted: list[tuple[int, int]] = []
         unknown: list[tuple[int, int]] = []
-        left_out: list[tuple[int, int]] = []
         for lane, (cc, v) in enumerate(zip(lanes, cond.lanes, strict=True)):
             t = truth(v)
-            if lane in absent:
-                if t is UNK or (t is True) != invert:
-                    left_out.append(cc)
-            elif t is UNK:
-                unknown.append(cc)
+            if t is UNK:
+                if lane not in absent:
+                    unknown.append(cc)
             elif (t is True) != invert:
                 admitted.append(cc)
         if len(admitted) == len(lanes) or (not admitted and not unknown):
@@ -111,15 +109,20 @@ class GateEmitter:
                     "this host code exists only in builds that define it"
                 )
         evidence = [*cond.trail, *extra]
-        if left_out:
-            evidence.append(
-                Evidence(
-                    "the condition as written also lets "
-                    f"{', '.join(archs_for_capabilities(left_out).names())} through (or may), but no build for those targets compiles this code: the build flags it sits "
-                    "under are passed only for other targets",
-                    outcome=True,
+        # Host code that only some targets' builds compile (flags the package passes per target):
+        # the condition as written stays the gate's; who reaches it is a fact beside it.
+        reach = None if reg.targets is None else reg.targets[0] | reg.targets[1]
+        if reach is not None:
+            passes = archs_for_capabilities(admitted) | archs_for_capabilities(unknown)
+            if passes - reach:
+                evidence.append(
+                    Evidence(
+                        "the condition admits " + ", ".join((passes - reach).names()) + ", but no build "
+                        "for those targets compiles this code: the build flags it sits under are "
+                        "passed only for other targets",
+                        outcome=True,
+                    )
                 )
-            )
         self.sink.gate(
             gid,
             span=span,
@@ -135,6 +138,7 @@ class GateEmitter:
             directive=directive,
             enclosing=tuple(dict.fromkeys([*pp_ids, *enclosing])),
             build_macros=tuple(dict.fromkeys(build_macros)),
+            reach=reach,
         )
         return gid
 

@@ -153,6 +153,7 @@ class GateSink:
         build_macros: Sequence[str] = (),
         coverage: BinaryCoverage | None = None,
         switches: Sequence[Switch] = (),
+        reach: ArchSet | None = None,
         keep: bool = True,
     ) -> Gate:
         """A gate of this file with an id from `identify`; kept in ``gates`` unless ``keep`` is false.
@@ -181,6 +182,7 @@ class GateSink:
             build_macros=tuple(build_macros),
             coverage=coverage,
             switches=tuple(switches),
+            reach=reach,
         )
         if keep:
             self.gates.append(built)

@@ -134,6 +134,7 @@ def facts_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
             for w in gate.switches
         ],
         "decided_at": list(gate.decided_at),
+        "reach": None if gate.reach is None else gate.reach.names(),
         "coverage": None
         if coverage is None
         else {

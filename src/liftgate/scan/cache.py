@@ -275,13 +275,14 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
         else (coverage.native.mask, coverage.ptx_jit.mask, coverage.images, coverage.compressed),
         tuple((w.name, w.kind.value, w.setting, w.admitted.mask, w.unknown.mask) for w in g.switches),
         g.decided_at,
+        None if g.reach is None else g.reach.mask,
     )
 
 
 def gate_from_row(row: tuple[object, ...]) -> Gate:
     (gid, kind, loc, condition, admitted, unknown, host, then_span, else_span, else_kind, confidence, evidence,
      depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage, switches,
-     decided_at) = row  # fmt: skip
+     decided_at, reach) = row  # fmt: skip
     package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
     cov = cast(tuple[int, int, int, int] | None, coverage)
     return Gate(
@@ -312,4 +313,5 @@ def gate_from_row(row: tuple[object, ...]) -> Gate:
             for name, kind, setting, adm, unk in cast(tuple[tuple[str, str, str, int, int], ...], switches)
         ),
         decided_at=decided_at,  # type: ignore[arg-type]
+        reach=None if reach is None else ArchSet.from_mask(reach),  # type: ignore[arg-type]
     )
