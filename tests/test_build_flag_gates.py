@@ -212,3 +212,17 @@ def test_host_code_under_flags_is_there_exactly_for_the_targets_whose_build_comp
     host = gate_at(path, line_of(path, "if (sm >= 120 && sm < 130) {"), GateKind.CPP_RUNTIME)
     assert host.reach == geforce and not [e for e in host.evidence if e.outcome and "no build" in e.text]
     assert check.reach == blackwell | geforce
+
+
+def test_lifting_a_build_flag_if_names_the_cmake_gate_that_decides_it() -> None:
+    from liftgate.judge.verdict import judge_scan
+    from liftgate.model import HazardKind
+
+    judged = judge_scan(liftgate.scan([str(TREE)], ["sm_90a"], use_cache=False))
+    path = "csrc/fp4_entry.cu"
+    line = line_of(path, "#if defined ENABLE_FP4_SM100 && ENABLE_FP4_SM100")
+    (gate,) = [g for g in judged.gates if g.location.path == path and g.location.line == line]
+    (verdict,) = [v for v in judged.verdicts if v.gate_id == gate.id]
+    (hazard,) = [h for h in verdict.hazards if h.kind is HazardKind.BUILD_FLAG]
+    assert hazard.gates == (gate.macros[0].build_gate,)
+    assert "-DENABLE_FP4_SM100" in hazard.text and "lift it too" in hazard.text

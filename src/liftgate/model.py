@@ -323,6 +323,7 @@ class HazardKind(str, enum.Enum):
         "silent-exclusion-in-sources"  # another gate in the built sources does, named in ``gates``
     )
     SHARED_MEMORY = "shared-memory"  # the region asks for more shared memory than the target has
+    BUILD_FLAG = "build-flag"  # the #if tests a -D only a CMake arch gate passes: that gate decides
 
 
 @dataclass(frozen=True, slots=True)

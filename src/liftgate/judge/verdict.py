@@ -464,6 +464,19 @@ def _decide(
                     "before its producer finishes: a data race, not an error",
                 )
             )
+    flagged = [m for m in gate.macros if m.build_gate is not None]
+    if flagged and gate.kind is GateKind.CUDA_PP:
+        cmake = tuple(dict.fromkeys(m.build_gate for m in flagged if m.build_gate is not None))
+        macros = ", ".join(dict.fromkeys(f"-D{m.macro}" for m in flagged))
+        hazards.append(
+            Hazard(
+                HazardKind.BUILD_FLAG,
+                f"build flag: this #if tests {macros}, which the build passes only where CMake gate "
+                f"{', '.join(cmake)} admits the target; lifting the #if alone compiles code that calls "
+                f"kernels a build for {target.name} does not make. The CMake gate decides: lift it too",
+                cmake,
+            )
+        )
     limit = shared_memory_limit(target)
     if limit is not None:
         for size, path, line, text in facts.smem:

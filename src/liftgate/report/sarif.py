@@ -161,7 +161,8 @@ HAZARD_RULE = Rule(
     "something that makes the exclusion, or lifting it, dangerous regardless of the verdict: code that "
     "orders or synchronises (such as a programmatic dependent launch wait) compiled out with nothing in "
     "its place, so a dependent kernel can run before its producer finishes and race on its data "
-    "without any error; or a kernel asking for more shared memory per block than the target allows.",
+    "without any error; a kernel asking for more shared memory per block than the target allows; or an "
+    "#if on a build flag that only a CMake arch gate passes, which that gate decides.",
     "Read the hazard before lifting the gate: a silently compiled-out wait is a data race on that GPU "
     "today, and a shared-memory request above the target's limit fails at launch once lifted. "
     "`liftgate explain GATE_ID SOURCE --target ARCH` (the command is in each result) shows the region, "
@@ -317,6 +318,7 @@ _HAZARD_CATEGORY = {
     HazardKind.SILENT_EXCLUSION: "silent exclusion",
     HazardKind.SILENT_SOURCE: "silent exclusion inside the sources",
     HazardKind.SHARED_MEMORY: "shared memory",
+    HazardKind.BUILD_FLAG: "build flag",
 }
 
 
