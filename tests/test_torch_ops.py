@@ -145,7 +145,11 @@ def test_the_cpp_branches_are_linked_to_the_python_gates_that_decide_them() -> N
     from liftgate.chain import find_chains
     from liftgate.model import Relation
 
-    branches = [g for g in gates_in("csrc/fp4/nvfp4_entry.cu") if g.kind is GateKind.CPP_RUNTIME]
+    branches = [
+        g
+        for g in gates_in("csrc/fp4/nvfp4_entry.cu")
+        if g.kind is GateKind.CPP_RUNTIME and g.location.line in (8, 12)
+    ]
     by_line = {(g.location.path, g.location.line): g.id for g in report().gates}
     deciding = {by_line[("opslib/_custom_ops.py", 7)], by_line[("opslib/nvfp4_utils.py", 11)]}
     assert branches and all(set(g.decided_at) == deciding for g in branches)
@@ -158,3 +162,13 @@ def test_the_cpp_branches_are_linked_to_the_python_gates_that_decide_them() -> N
         assert {link.gate_id for link in chain.links if link.relation is Relation.OP} == {
             g.id for g in branches
         }
+
+
+def test_a_helper_of_the_file_called_with_the_capability_is_a_parametric_gate() -> None:
+    """``fp4_quant_sm_supported(sm)`` (vLLM's mxfp4_experts_quant_sm_supported): the helper's own
+    test of its parameter is a gate, with the C++ call that passes the capability."""
+    (helper,) = [g for g in gates_in("csrc/fp4/nvfp4_entry.cu") if g.condition == "cap >= 100 && cap < 120"]
+    said = [e.render() for e in helper.evidence]
+    assert said[0] == "called as fp4_quant_sm_supported(sm) at csrc/fp4/nvfp4_entry.cu:34"
+    assert any(t.startswith("cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)") for t in said)
+    assert not helper.decided_at  # decided in C++, not through a torch op

@@ -428,7 +428,7 @@ def _capability_helpers(
     if not candidates:
         return None, frozenset()
     observer.start(f"finding capability helpers in {package}", total=None)
-    index = HelperIndex()
+    index = HelperIndex(cuda_version=cuda_version)
     read: set[str] = set()
     todo = list(candidates)
     searched: set[bytes] = set()

@@ -29,6 +29,8 @@ class HelperIndex:
     fields: dict[str, CV] = field(default_factory=dict)
     # Per file: the preprocessor regions its helpers' tokens refer to (see `region_lookup`).
     region_tables: dict[str, list[Region]] = field(default_factory=dict)
+    # The toolkit assumed (``CUDA_VERSION`` in host code reads as it, said as an assumption).
+    cuda_version: tuple[int, int] | None = None
     _done: dict[tuple[str, str, int], frozenset[str]] = field(default_factory=dict)
 
     def add_source(self, path: str, text: str, regions: list[Region] | None = None) -> None:
@@ -102,6 +104,7 @@ class HelperIndex:
             tainted=self.tainted,
             fields=self.fields,
             region_tables={p: t for p, t in self.region_tables.items() if p in used},
+            cuda_version=self.cuda_version,
         )
 
 

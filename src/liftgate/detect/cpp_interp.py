@@ -81,6 +81,7 @@ _MEMBER_NAME = re.compile(r"^(?:m_\w+|m[A-Z]\w*|\w+_)$")
 Lanes = frozenset[int]  # indexes of lanes (see cpp_values.ccs)
 
 ONE_REGION = [Region(0, True, ())]
+_TOOLKIT_VERSIONS = frozenset({"CUDA_VERSION", "CUDART_VERSION"})  # host code's view of the toolkit
 _PRESENCE: dict[
     tuple[int, int], tuple[Lanes, Lanes]
 ] = {}  # (targets' masks) -> (present, absent) lanes  # the region table of a file read without preprocessor regions
@@ -123,6 +124,11 @@ class Interpreter:
         self.assumptions: list[str] = []
         self._memo: dict[tuple[object, ...], CV] = {}
         self._parsed: dict[tuple[str, str, int], Stmt | TooDeep] = {}
+        # The file's own functions (set by `liftgate.detect.cpp_runtime`): one called with a
+        # device-dependent argument is run with it, and the call is recorded here so its branches
+        # on that parameter are reported as parametric gates (first call site per function).
+        self.local_functions: dict[str, list[FuncDef]] = {}
+        self.parametric_calls: dict[tuple[str, int], tuple[FuncDef, list[CV], Evidence]] = {}
 
     # -- entry points -----------------------------------------------------------------------
     def run(self, fdef: FuncDef, args: list[CV], collect: GateEmitter | None) -> tuple[CV, dict[str, CV]]:
@@ -565,6 +571,12 @@ class Interpreter:
             return const(0)
         if short in self.index.fields:
             return self.index.fields[short]
+        if name in _TOOLKIT_VERSIONS and self.index.cuda_version is not None:
+            major, minor = self.index.cuda_version
+            self.assumptions.append(
+                f"{name} = {major * 1000 + minor * 10} (assumed for CUDA {major}.{minor})"
+            )
+            return const(major * 1000 + minor * 10)
         return UNKNOWN
 
     def _assign(
@@ -719,9 +731,16 @@ class Interpreter:
         if name in ("min", "max") and len(values) == 2:
             pick: Callable[[Any, Any], object] = min if name == "min" else max
             return lanewise(lambda a, b: pick(num(a), num(b)), *values)
+        local = self.local_functions.get(name)
+        if local and self.sink is not None and any(v.arch for v in values):
+            fdef = _closest(local, self.path, len(values))
+            site = Evidence(f"called as {node_text(frame.toks, node)}", frame.fdef.path, line)
+            self.parametric_calls.setdefault((fdef.qualname, fdef.line), (fdef, values, site))
         fdefs = self.index.helpers.get(name)
         if fdefs:
             return self._call_helper(name, fdefs, values, node, frame)
+        if local and self.sink is not None and any(v.arch for v in values):
+            return self._call_helper(name, local, values, node, frame)
         if name not in self.index.functions and not CHECK_MACRO.match(name):
             inferred = infer_helper(name, path, line) if inferable(name) else None
             if inferred is not None:

@@ -38,6 +38,7 @@ _IMPL = re.compile(
     r'\.impl\(\s*"(?P<op>[A-Za-z_]\w*)"\s*,\s*(?:[\w:]+\s*,\s*)?(?:[A-Za-z_]\w*\(\s*)?&?\s*(?P<fn>[A-Za-z_][\w:]*)'
 )
 _QUERY_RETURNS = frozenset({"bool", "int"})
+_ADJACENT = re.compile(r'"\s*"')  # the end of one string literal and the start of the next
 MAX_OPS = 256  # op functions walked per package (vLLM registers about 200 ops, a handful are queries)
 
 
@@ -67,7 +68,9 @@ def find_registrations(texts: Mapping[str, str]) -> list[Registration]:
         text = texts[path]
         if ".def(" not in text and ".impl(" not in text:
             continue
-        for m in _SCHEMA.finditer(text):
+        # Adjacent literals are one string: "name(int cap) -> "  "bool" (same length, so offsets hold).
+        joined = _ADJACENT.sub(lambda m: " " * len(m.group(0)), text)
+        for m in _SCHEMA.finditer(joined):
             params: list[tuple[str, str]] = []
             for part in m.group("params").split(","):
                 words = part.split("=")[0].split()
@@ -105,7 +108,7 @@ def read_ops(
     if not registrations:
         return ()
     wanted = {r.function for r in registrations}
-    index = helpers if helpers is not None else HelperIndex()
+    index = helpers if helpers is not None else HelperIndex(cuda_version=cuda_version)
     found: dict[str, list[tuple[str, object]]] = {}  # function -> (path, FuncDef) of its definitions
     for path in sorted(texts):
         text = texts[path]

@@ -46,6 +46,7 @@ from liftgate.detect.cpp_values import (
     const,
     lanewise,
     per_cc,
+    prepend,
     truth,
 )
 from liftgate.detect.cuda import Region
@@ -94,15 +95,58 @@ def detect_cpp_runtime(
     watch = index.names()
     sink = GateEmitter(package, version, path, table)
     skips: list[Skip] = []
+    local: dict[str, list[FuncDef]] = {}
+    calls: dict[tuple[str, int], tuple[FuncDef, list[CV], Evidence]] = {}
     try:
-        for fdef in find_functions(toks, path):
+        fdefs = find_functions(toks, path)
+        for fdef in fdefs:
+            local.setdefault(fdef.name, []).append(fdef)
+        for fdef in fdefs:
             ids = body_ids(fdef)
             if ids.isdisjoint(source_names()) and ids.isdisjoint(watch) and not any(map(inferable, ids)):
                 continue
-            _walk(Interpreter(index, path, table), fdef, sink, skips, path, package)
+            interp = Interpreter(index, path, table)
+            interp.local_functions = local
+            interp.parametric_calls = calls
+            _walk(interp, fdef, sink, skips, path, package)
+        for fdef, args, site in calls.values():  # the file's functions called with the capability
+            sink.gates.extend(_instantiate(index, fdef, args, site, table, package, version, path, sink))
     finally:
         forget_tables()
     return Detection(tuple(sink.gates), tuple(skips))
+
+
+def _instantiate(
+    index: HelperIndex,
+    fdef: FuncDef,
+    args: list[CV],
+    site: Evidence,
+    regions: list[Region],
+    package: str,
+    version: str | None,
+    path: str,
+    walked: GateEmitter,
+) -> list[Gate]:
+    """A function of the file that a caller passes a device-dependent value: its branches on that
+    parameter, with the call site that decides them (a parametric gate). Conditions the plain walk
+    already reported are not repeated."""
+    bound = [CV(a.lanes, prepend(site, a.trail), a.inferred) if a.arch else UNKNOWN for a in args]
+    interp = Interpreter(index, path, regions)
+    sink = GateEmitter(package, version, path, regions)
+    sink.seen = set(walked.seen)
+    env = {name: (bound[k] if k < len(bound) else UNKNOWN) for k, name in enumerate(fdef.params) if name}
+    frame = Frame(fdef, fdef.body, env, regions)
+    sink.frame = frame
+    interp.sink = sink
+    try:
+        interp.exec_block(interp.body(fdef).body, interp.all_lanes, frame, 0)
+    except (StepBudget, TooDeep, RecursionError):
+        return []
+    finally:
+        interp.sink = None
+        sink.frame = None
+    taken = {g.id for g in walked.gates}
+    return [g for g in sink.gates if site in g.evidence and g.id not in taken]
 
 
 def walk_parametric(
