@@ -84,3 +84,23 @@ def test_two_modules_of_one_name_are_both_walked_on_every_hash_seed(tmp_path: Pa
     for _id, path, _line, admitted in gates:
         if path.endswith("flash_attn.py"):
             assert admitted == ["sm_90", "sm_90a"], path
+
+
+def test_a_lone_import_name_never_means_a_module_inside_a_scanned_package() -> None:
+    """``import torch`` in vLLM 0.33.0 is torch, not ``vllm.model_executor.kernels.mhc.torch``
+    (taking it for that module hid every ``torch.ops…`` call); a dotted name still resolves by
+    suffix: FlashInfer 0.7.2's ``b12x._lib.gating`` is its ``flashinfer.experimental.b12x._lib.gating``
+    (an import hook aliases it), and ``sglang.srt.x`` in a tree scanned above ``python/``."""
+    from liftgate.detect.py_scope import Scopes
+
+    names = [
+        "vllm", "vllm.kernels", "vllm.kernels.mhc", "vllm.kernels.mhc.torch",
+        "flashinfer", "flashinfer.experimental", "flashinfer.experimental.b12x",
+        "flashinfer.experimental.b12x._lib", "flashinfer.experimental.b12x._lib.gating",
+        "python.sglang", "python.sglang.srt", "python.sglang.srt.x",
+    ]  # fmt: skip
+    scopes = Scopes(lambda _name: None, names)
+    assert not scopes.has_module("torch")
+    assert scopes.has_module("b12x._lib.gating")
+    assert scopes.has_module("sglang.srt.x")
+    assert scopes.has_module("mhc.torch")  # dotted: a tree scanned from within

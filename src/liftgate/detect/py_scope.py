@@ -119,9 +119,11 @@ class Scopes:
         """The scanned module an import names: itself, or the one module whose name ends in it (a
         tree scanned above its import root, such as ``python/sglang/…``). A suffix two modules share
         names neither: ``flash_attn`` in vLLM is the third-party package, not one of vLLM's two
-        ``…backends.flash_attn`` modules (picking one made the result depend on the hash seed). The
-        part cut off must not be a package itself: ``import torch`` in vLLM 0.33.0 is torch, not
-        ``vllm.model_executor.kernels.mhc.torch`` (whose parent ``…mhc`` is a scanned package)."""
+        ``…backends.flash_attn`` modules (picking one made the result depend on the hash seed). A
+        lone name never means a module inside a scanned package: ``import torch`` in vLLM 0.33.0
+        is torch, not ``vllm.model_executor.kernels.mhc.torch``; a dotted one may
+        (FlashInfer 0.7.2's ``b12x._lib.gating`` is its ``flashinfer.experimental.b12x._lib.gating``,
+        aliased by an import hook)."""
         if name in self._module_names:
             return name
         if self._suffix_index is None:
@@ -130,8 +132,8 @@ class Scopes:
             for full in sorted(self._module_names):
                 parts = full.split(".")
                 for i in range(1, len(parts)):
-                    if ".".join(parts[:i]) in self._module_names:
-                        break  # below a scanned package: an absolute import cannot name it so
+                    if i == len(parts) - 1 and ".".join(parts[:i]) in self._module_names:
+                        continue  # a lone name of a module inside a scanned package is not a top-level import
                     suffix = ".".join(parts[i:])
                     if index.setdefault(suffix, full) != full:
                         shared.add(suffix)
