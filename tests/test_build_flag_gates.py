@@ -226,3 +226,11 @@ def test_lifting_a_build_flag_if_names_the_cmake_gate_that_decides_it() -> None:
     (hazard,) = [h for h in verdict.hazards if h.kind is HazardKind.BUILD_FLAG]
     assert hazard.gates == (gate.macros[0].build_gate,)
     assert "-DENABLE_FP4_SM100" in hazard.text and "lift it too" in hazard.text
+
+
+def test_many_passes_of_a_flag_are_counted_in_one_pass() -> None:
+    """A crafted CMake file passing one flag a hundred thousand times: read in one pass, and the
+    flag is no arch fact (the gate accounts for one pass only)."""
+    a = _cmake_gate("cm-a", archs("sm_90"), ("X", 2))
+    text = "\n" + '  "-DX=1"\n' * 100_000
+    assert arch_flags({"CMakeLists.txt": (a,)}, {"CMakeLists.txt": text}, ()) == ()

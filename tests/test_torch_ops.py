@@ -172,3 +172,12 @@ def test_a_helper_of_the_file_called_with_the_capability_is_a_parametric_gate() 
     assert said[0] == "called as fp4_quant_sm_supported(sm) at csrc/fp4/nvfp4_entry.cu:34"
     assert any(t.startswith("cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)") for t in said)
     assert not helper.decided_at  # decided in C++, not through a torch op
+
+
+def test_many_registrations_are_read_in_one_pass() -> None:
+    """Line numbers are counted once per file, not once per match (a crafted file with a hundred
+    thousand registrations would otherwise count its newlines a hundred thousand times)."""
+    lines = [f'  m.def("op{k}(int cap) -> bool");\n  m.impl("op{k}", &op{k});' for k in range(50_000)]
+    regs = find_registrations({"b.cpp": "TORCH_LIBRARY(_C, m) {\n" + "\n".join(lines) + "\n}\n"})
+    assert len(regs) == 256  # at most MAX_OPS walked per package
+    assert regs[0].op == "op0" and regs[0].line == 3 and regs[1].line == 5

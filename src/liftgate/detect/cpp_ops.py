@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from liftgate.detect.buildflags import ArchFlag
+from liftgate.detect.buildflags import ArchFlag, lines_of
 from liftgate.detect.cpp_helpers import HelperIndex, region_lookup
 from liftgate.detect.cpp_runtime import walk_parametric
 from liftgate.detect.cpp_syntax import find_functions, forget_tables, tokenize
@@ -56,10 +56,6 @@ class Registration:
         return tuple(k for k, (kind, _) in enumerate(self.params) if kind == "int")
 
 
-def _line(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
 def find_registrations(texts: Mapping[str, str]) -> list[Registration]:
     """The query ops registered in ``texts`` (path -> text), in path and line order."""
     schemas: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {}
@@ -79,8 +75,9 @@ def find_registrations(texts: Mapping[str, str]) -> list[Registration]:
                 elif words:
                     params.append((words[0], ""))
             schemas.setdefault(m.group("op"), (tuple(params), m.group("ret")))
-        for m in _IMPL.finditer(text):
-            impls.setdefault(m.group("op"), (m.group("fn").rsplit("::", 1)[-1], path, _line(text, m.start())))
+        matches = list(_IMPL.finditer(text))
+        for m, line in zip(matches, lines_of(text, (m.start() for m in matches)), strict=True):
+            impls.setdefault(m.group("op"), (m.group("fn").rsplit("::", 1)[-1], path, line))
     out: list[Registration] = []
     for op in sorted(impls):
         schema = schemas.get(op)
