@@ -173,9 +173,10 @@ def test_a_flag_another_build_file_passes_is_no_longer_an_arch_fact(tmp_path: Pa
     assert not [g for g in found.gates if g.location.path == path and g.location.line == line]
 
 
-def _cmake_gate(gid: str, admitted: ArchSet, *flags: tuple[str, int]) -> Gate:
+def _cmake_gate(variable: str, admitted: ArchSet, *flags: tuple[str, int]) -> Gate:
     return Gate(
-        id=gid, kind=GateKind.CMAKE, location=Location("p", "1", "CMakeLists.txt", Span(1, 1)), condition=gid,
+        id=f"cm-{variable.lower()}", kind=GateKind.CMAKE, location=Location("p", "1", "CMakeLists.txt", Span(1, 1)),
+        condition=f'cuda_archs_loose_intersection({variable} "x" "${{CUDA_ARCHS}}")',
         admitted=admitted, unknown=ArchSet.none(), host=None, then_span=None, else_span=None,
         else_kind=liftgate.model.ElseKind.NONE,
         passes=tuple(BuildFlag(m, "1", "CMakeLists.txt", line) for m, line in flags),
@@ -183,15 +184,40 @@ def _cmake_gate(gid: str, admitted: ArchSet, *flags: tuple[str, int]) -> Gate:
 
 
 def test_arch_flags_reads_only_flags_every_pass_of_which_the_gates_account_for() -> None:
-    a = _cmake_gate("cm-a", archs("sm_90"), ("X", 2))
-    b = _cmake_gate("cm-b", archs("sm_100"), ("X", 4), ("Y", 5))
-    text = "\n".join(["", '  "-DX=1"', "", '  "-DX=1"', '  "-DY=1"', '  "-DY=1"  # unconditional'])
+    a = _cmake_gate("A_ARCHS", archs("sm_90"), ("X", 2))
+    b = _cmake_gate("B_ARCHS", archs("sm_100"), ("X", 5), ("Y", 6))
+    text = "\n".join(
+        [
+            "if(A_ARCHS)", '  "-DX=1"', "endif()",
+            "if(${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 12.8 AND B_ARCHS)", '  "-DX=1"', '  "-DY=1"',
+            "endif()", '"-DY=1"  # unconditional',
+        ]
+    )  # fmt: skip
     (x,) = arch_flags({"CMakeLists.txt": (a, b)}, {"CMakeLists.txt": text}, ())
     assert x.macro == "X" and x.admitted == archs("sm_90", "sm_100")
-    assert [s.gate for s in x.setters] == ["cm-a", "cm-b"]
+    assert [s.gate for s in x.setters] == ["cm-a_archs", "cm-b_archs"]
     assert arch_flags({"CMakeLists.txt": (a, b)}, {"CMakeLists.txt": text}, ("X",)) == ()
     other = {"CMakeLists.txt": text, "setup.py": 'define_macros=[("X", "1")]'}
-    assert arch_flags({"CMakeLists.txt": (a,)}, other, ()) == ()
+    assert arch_flags({"CMakeLists.txt": (a, b)}, other, ()) == ()
+
+
+def test_a_flag_under_two_arch_lists_is_no_arch_fact() -> None:
+    """Nested ``if(SM90_ARCHS)`` / ``if(SM100_ARCHS)``, or ``if(SM100_ARCHS AND SM90_ARCHS)``: a build
+    for one target defines neither flag, whichever gate the CMake reader credits with the -D."""
+    from liftgate.detect.cmake import detect_cmake
+
+    text = "\n".join(
+        [
+            'cuda_archs_loose_intersection(SM90_ARCHS "9.0a" "${CUDA_ARCHS}")',
+            'cuda_archs_loose_intersection(SM100_ARCHS "10.0a" "${CUDA_ARCHS}")',
+            "if(SM90_ARCHS)", "  if(SM100_ARCHS)", '    list(APPEND FLAGS "-DENABLE_BOTH=1")', "  endif()", "endif()",
+            "if(SM100_ARCHS AND SM90_ARCHS)", '  list(APPEND FLAGS "-DENABLE_AND=1")', "endif()",
+            "if(SM100_ARCHS OR SM90_ARCHS)", '  list(APPEND FLAGS "-DENABLE_OR=1")', "endif()",
+        ]
+    )  # fmt: skip
+    gates = detect_cmake("p", "1", "CMakeLists.txt", text).gates
+    assert any(g.passes for g in gates)  # the reader credits some gate with the flags
+    assert arch_flags({"CMakeLists.txt": gates}, {"CMakeLists.txt": text}, ()) == ()
 
 
 def test_host_code_under_flags_is_there_exactly_for_the_targets_whose_build_compiles_it() -> None:
@@ -231,6 +257,6 @@ def test_lifting_a_build_flag_if_names_the_cmake_gate_that_decides_it() -> None:
 def test_many_passes_of_a_flag_are_counted_in_one_pass() -> None:
     """A crafted CMake file passing one flag a hundred thousand times: read in one pass, and the
     flag is no arch fact (the gate accounts for one pass only)."""
-    a = _cmake_gate("cm-a", archs("sm_90"), ("X", 2))
-    text = "\n" + '  "-DX=1"\n' * 100_000
+    a = _cmake_gate("A_ARCHS", archs("sm_90"), ("X", 2))
+    text = "if(A_ARCHS)\n" + '  "-DX=1"\n' * 100_000 + "endif()\n"
     assert arch_flags({"CMakeLists.txt": (a,)}, {"CMakeLists.txt": text}, ()) == ()

@@ -181,3 +181,79 @@ def test_many_registrations_are_read_in_one_pass() -> None:
     regs = find_registrations({"b.cpp": "TORCH_LIBRARY(_C, m) {\n" + "\n".join(lines) + "\n}\n"})
     assert len(regs) == 256  # at most MAX_OPS walked per package
     assert regs[0].op == "op0" and regs[0].line == 3 and regs[1].line == 5
+
+
+def test_a_branch_found_through_the_op_and_through_a_cpp_caller_is_one_gate(tmp_path: Path) -> None:
+    """The op's function is also called from C++ with the capability: both readings find the
+    same branches (same ids), and the report holds each once, with the Python calls that decide it."""
+    tree = tmp_path / "opslib"
+    shutil.copytree(TREE, tree)
+    entry = tree / "csrc/fp4/nvfp4_entry.cu"
+    entry.write_text(
+        entry.read_text()
+        + "\nvoid fp4_gemm() {\n  int major, minor;\n"
+        + "  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);\n"
+        + "  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);\n"
+        + '  TORCH_CHECK(scaled_mm_supports_fp4(major * 10 + minor), "no fp4");\n}\n'
+    )
+    found = liftgate.scan([str(tree)], ["sm_120"], use_cache=False)
+    ids = [g.id for g in found.gates]
+    assert len(ids) == len(set(ids))
+    (branch,) = [g for g in gates_in("csrc/fp4/nvfp4_entry.cu", found) if g.location.line == 12]
+    assert branch.decided_at and any(
+        e.text.startswith("called as scaled_mm_supports_fp4(") for e in branch.evidence
+    )
+
+
+def test_ops_keep_their_namespace_and_python_prefers_its_own_package() -> None:
+    from liftgate.detect.py_models import _ops_for
+    from liftgate.model import TorchOp
+
+    text = """
+    TORCH_LIBRARY(_C, m) {
+      m.def("supports(int cap) -> bool");
+      m.impl("supports", &c_supports);
+    }
+    TORCH_LIBRARY(_moe_C, m) {
+      m.def("supports(int cap) -> bool");
+      m.impl("supports", &moe_supports);
+    }
+    TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+      ops.def("other(int cap) -> bool");
+      ops.impl("other", &other);
+    }
+    """
+    regs = find_registrations({"b.cpp": text})
+    assert [(r.namespace, r.op, r.function) for r in regs] == [
+        ("_C", "supports", "c_supports"), ("_moe_C", "supports", "moe_supports"), (None, "other", "other")
+    ]  # fmt: skip
+
+    def op(package: str, namespace: str | None) -> TorchOp:
+        none = ArchSet.none()
+        return TorchOp(
+            package, "1", "supports", "f", "a.cu", 1, "cap", 0, none, none, ("b.cpp", 1), (), namespace
+        )
+
+    ops = [op("vllm", "_C"), op("vllm", "_moe_C"), op("other", None)]
+    assert _ops_for(ops, "torch.ops._moe_C.supports", "vllm") == [ops[1]]
+    assert _ops_for(ops, "torch.ops._C.supports", "other") == [ops[2]]
+    assert _ops_for(ops, "torch.ops.sgl_kernel.supports", "sglang") == [ops[2]]
+    assert (
+        _ops_for([ops[0], op("sgl", None)], "torch.ops._C.supports", "sglang") == []
+    )  # two packages: neither
+
+
+def test_a_helper_called_with_the_capability_keeps_every_test_of_its_parameter(tmp_path: Path) -> None:
+    """Two tests of one text in one function (the second after the parameter is reassigned) are
+    two gates with their own ids."""
+    (tmp_path / "a.cu").write_text(
+        "#include <cuda_runtime.h>\nint get_sm() {\n  int major, minor;\n"
+        "  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);\n"
+        "  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);\n"
+        "  return major * 10 + minor;\n}\n"
+        "void f(int sm) {\n  if (sm >= 90) { return; }\n  sm = get_sm() + 1;\n  if (sm >= 90) { return; }\n}\n"
+        "void g() { f(get_sm()); }\n"
+    )
+    found = liftgate.scan([str(tmp_path)], ["sm_90"], use_cache=False)
+    assert sorted(g.location.line for g in found.gates) == [9, 11]
+    assert len({g.id for g in found.gates}) == 2

@@ -213,6 +213,7 @@ class TorchOp:
     returns_unknown: ArchSet
     registered: tuple[str, int]  # the m.impl/m.def line
     gates: tuple[Gate, ...] = ()
+    namespace: str | None = None  # torch.ops.<namespace>; None when the build names it (TORCH_EXTENSION_NAME)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,8 +63,66 @@ def lines_of(text: str, offsets: Iterable[int]) -> list[int]:
     return out
 
 
-def _dash_d(macro: str) -> re.Pattern[str]:
-    return re.compile(r"-D[ \t]*" + re.escape(macro) + r"(?![A-Za-z0-9_])")
+_DASH_D = re.compile(r"-D[ \t]*([A-Za-z_]\w*)")
+_DEFINITIONS = re.compile(r"(?:compile_definitions\s*\(|define_macros\s*=)[^)\]]*")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+# CMake block commands, for the conditions a line sits under (`_conditions_at`).
+_BLOCK = re.compile(r"(?im)^[ \t]*(if|elseif|else|endif)[ \t]*\(")
+_INTERSECTION = re.compile(r"cuda_archs_loose_intersection\s*\(\s*([A-Za-z_]\w*)")
+# What may stand beside the gate's variable in the if() that passes the flag: AND and the
+# toolkit's version test the CMake detector decides (vLLM's `${CMAKE_CUDA_COMPILER_VERSION}
+# VERSION_GREATER_EQUAL 12.8 AND FP4_SM120_ARCHS`).
+_ALLOWED_BESIDE = frozenset(
+    {"AND", "CMAKE_CUDA_COMPILER_VERSION", "CUDA_VERSION", "CUDAToolkit_VERSION", "VERSION_GREATER_EQUAL",
+     "VERSION_GREATER", "VERSION_LESS", "VERSION_LESS_EQUAL", "VERSION_EQUAL"}
+)  # fmt: skip
+
+
+def _conditions_at(text: str, offsets: Sequence[int]) -> list[list[tuple[str, str]]]:
+    """For each of the increasing ``offsets``: the CMake blocks open there, outermost first, as
+    (command, condition) — ``else`` with an empty condition. One pass over the text."""
+    events: list[tuple[int, str, str]] = []
+    for m in _BLOCK.finditer(text):
+        depth, k = 1, m.end()
+        while k < len(text) and depth:
+            c = text[k]
+            depth += c == "("
+            depth -= c == ")"
+            k += 1
+        events.append((m.start(), m.group(1).lower(), text[m.end() : k - 1]))
+    out: list[list[tuple[str, str]]] = []
+    stack: list[tuple[str, str]] = []
+    e = 0
+    for offset in offsets:
+        while e < len(events) and events[e][0] < offset:
+            _, command, condition = events[e]
+            e += 1
+            if command == "if":
+                stack.append(("if", condition))
+            elif command in ("elseif", "else") and stack:
+                stack[-1] = (command, condition)
+            elif command == "endif" and stack:
+                stack.pop()
+        out.append(list(stack))
+    return out
+
+
+def _variable(gate: Gate) -> str:
+    """The arch list a CMake gate computes (``FP4_SM120_ARCHS``), or "" when it is not an intersection."""
+    m = _INTERSECTION.match(gate.condition)
+    return m.group(1) if m is not None else ""
+
+
+def _only_its_gate(variable: str, blocks: list[tuple[str, str]], outs: frozenset[str]) -> bool:
+    """Whether the blocks a ``-D`` sits in make it depend on the one gate's variable alone: the
+    innermost is ``if(<toolkit test> AND VARIABLE)``, and no block tests another arch list (a
+    flag in ``if(SM90_ARCHS)`` and ``if(SM100_ARCHS)`` at once is defined for neither alone)."""
+    if not variable or not blocks or blocks[-1][0] != "if":
+        return False
+    words = _WORD.findall(blocks[-1][1])
+    if variable not in words or any(w not in _ALLOWED_BESIDE and w != variable for w in words):
+        return False
+    return not any(w in outs for _, condition in blocks[:-1] for w in _WORD.findall(condition))
 
 
 def arch_flags(
@@ -79,9 +137,11 @@ def arch_flags(
     ``source_defines`` are the macros the package's C-family files ``#define`` themselves.
 
     A macro qualifies only when every place any build file passes it is a ``-DNAME`` inside the
-    admitted block of a CMake arch gate: one more ``-DNAME`` (unconditional, in another build
-    file, a comment), a ``compile_definitions``/``define_macros`` naming it, or a ``#define`` of it
-    in the sources, and it stays what it was: set by the build for every target, unknown.
+    admitted block of a CMake arch gate, in an ``if()`` on that gate's variable alone (with the
+    toolkit's version beside it at most, and no other arch list around it): one more ``-DNAME``
+    (unconditional, in another build file, a comment), a ``compile_definitions``/``define_macros``
+    naming it, or a ``#define`` of it in the sources, and it stays what it was: set by the build
+    for every target, unknown. Each text is read once.
     """
     setters: dict[str, dict[tuple[str, int], FlagSetter]] = {}
     for path in sorted(cmake_gates):
@@ -95,30 +155,40 @@ def arch_flags(
     if not setters:
         return ()
     by_id = {g.id: g for gs in cmake_gates.values() for g in gs}
+    # Every -D of every build text, by macro and line, with the blocks around it; and the macros
+    # named in compile_definitions/define_macros. One pass each.
+    passed_at: dict[str, dict[str, set[int]]] = {}
+    blocks_at: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    listed: set[str] = set()
+    outs: dict[str, frozenset[str]] = {}
+    for path in sorted(build_texts):
+        text = build_texts[path]
+        matches = list(_DASH_D.finditer(text))
+        lines = lines_of(text, (m.start() for m in matches))
+        for m, line in zip(matches, lines, strict=True):
+            passed_at.setdefault(m.group(1), {}).setdefault(path, set()).add(line)
+        if path in cmake_gates:
+            outs[path] = frozenset(_INTERSECTION.findall(text))
+            for line, blocks in zip(lines, _conditions_at(text, [m.start() for m in matches]), strict=True):
+                blocks_at.setdefault((path, line), blocks)
+        for m in _DEFINITIONS.finditer(text):
+            listed.update(_WORD.findall(m.group(0)))
     defined_in_sources = set(source_defines)
     out: list[ArchFlag] = []
     for macro in sorted(setters):
-        if macro in defined_in_sources:
+        if macro in defined_in_sources or macro in listed:
             continue
         found = setters[macro]
-        pattern = _dash_d(macro)
-        word = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(macro) + r"(?![A-Za-z0-9_])")
-        ok = True
-        for path, text in build_texts.items():
-            if macro not in text:
-                continue
-            lines = set(lines_of(text, (m.start() for m in pattern.finditer(text))))
-            gated = {line for (p, line) in found if p == path}
-            if lines != gated:  # a -D the gates do not account for
-                ok = False
-                break
-            if any(
-                word.search(m.group(0))
-                for m in re.finditer(r"(?:compile_definitions\s*\(|define_macros\s*=)[^)\]]*", text)
-            ):
-                ok = False
-                break
-        if not ok:
+        where = passed_at.get(macro, {})
+        gated: dict[str, set[int]] = {}
+        for p, line in found:
+            gated.setdefault(p, set()).add(line)
+        if where != gated:  # a -D the gates do not account for
+            continue
+        if not all(
+            _only_its_gate(_variable(by_id[s.gate]), blocks_at.get(key, []), outs.get(key[0], frozenset()))
+            for key, s in found.items()
+        ):
             continue
         admitted = ArchSet.none()
         unknown = ArchSet.none()

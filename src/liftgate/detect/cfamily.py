@@ -329,8 +329,20 @@ def _scan_package(
             if p not in analyzed and not r.index.condition_idents.isdisjoint(new_derived)
         )
     gates.sort(key=lambda g: (g.location.path, g.location.span.start))
-    ops = _torch_ops(pkg, cfamily, cuda_version, flags, helpers, observer)
-    scan_cache.store_result(result_key, gates, skips, ops)
+    failed = False
+    try:
+        ops = _torch_ops(pkg, cfamily, cuda_version, flags, helpers, observer)
+    except Exception as exc:  # the op reader is bounded; what is caught here is a bug, and costs only the ops
+        ops = ()
+        skips.append(
+            not_analysed(
+                "torch op registrations", pkg.name, exc, "torch ops not read",
+                "Python calls into this package's C++ learn nothing from it",
+            )
+        )  # fmt: skip
+        failed = True
+    if not failed:  # a failure is never remembered
+        scan_cache.store_result(result_key, gates, skips, ops)
     return gates, skips, list(ops)
 
 
@@ -347,28 +359,39 @@ def _torch_ops(
 ) -> tuple[TorchOp, ...]:
     """The package's query ops (`liftgate.detect.cpp_ops`), published for the Python detector."""
     sources = sorted(p for p in cfamily if posixpath.splitext(p)[1].lower() in _OP_SOURCES)
-    data: dict[str, bytes] = {}
-    for path in sources:
-        try:
-            with open(cfamily[path], "rb") as fh:
-                data[path] = fh.read(DEFAULT_MAX_FILE_SIZE + 1)
-        except OSError:
-            continue
-    registering = {p: d for p, d in data.items() if b".impl(" in d and b".def(" in d}
-    if not registering:
+    texts: dict[str, str] = {}
+    for path in sources:  # one file in memory at a time: a package may have thousands
+        data = _read_source(cfamily[path])
+        if (
+            data is not None
+            and b".impl(" in data
+            and b".def(" in data
+            and (text := _decode(data)) is not None
+        ):
+            texts[path] = text
+    if not texts:
         return ()
     observer.start(f"reading the torch ops of {pkg.name}", total=None)
     try:
-        texts = {p: t for p, d in registering.items() if (t := _decode(d)) is not None}
         names = {r.function.encode() for r in find_registrations(texts)}
-        for path, d in data.items():
-            if path not in texts and any(n in d for n in names):
-                text = _decode(d)
-                if text is not None:
+        if names:
+            for path in sources:
+                if path in texts:
+                    continue
+                data = _read_source(cfamily[path])
+                if data is not None and any(n in data for n in names) and (text := _decode(data)) is not None:
                     texts[path] = text
         return read_ops(pkg.name, pkg.version, texts, cuda_version, flags, helpers)
     finally:
         observer.finish()
+
+
+def _read_source(fspath: str) -> bytes | None:
+    try:
+        with open(fspath, "rb") as fh:
+            return fh.read(DEFAULT_MAX_FILE_SIZE + 1)
+    except OSError:
+        return None
 
 
 def _decode(data: bytes) -> str | None:

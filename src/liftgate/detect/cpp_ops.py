@@ -38,6 +38,26 @@ _IMPL = re.compile(
     r'\.impl\(\s*"(?P<op>[A-Za-z_]\w*)"\s*,\s*(?:[\w:]+\s*,\s*)?(?:[A-Za-z_]\w*\(\s*)?&?\s*(?P<fn>[A-Za-z_][\w:]*)'
 )
 _QUERY_RETURNS = frozenset({"bool", "int"})
+# TORCH_LIBRARY(_C, m), TORCH_LIBRARY_FRAGMENT(…), TORCH_LIBRARY_IMPL(_C, CUDA, m), …_EXPAND(NAME, m)
+_LIBRARY = re.compile(r"\bTORCH_LIBRARY(?:_FRAGMENT|_IMPL|_EXPAND|_IMPL_EXPAND)?\s*\(\s*([A-Za-z_]\w*)")
+
+
+def _namespace(name: str) -> str | None:
+    """A library's namespace as Python names it (``torch.ops._C``); None for a macro the build sets."""
+    macro = name.isupper() and not name.startswith("_") and len(name) > 3  # TORCH_EXTENSION_NAME
+    return None if macro else name
+
+
+def _library_at(libraries: list[tuple[int, str | None]], offset: int) -> str | None:
+    """The namespace of the last TORCH_LIBRARY block opened before ``offset`` (None: unknown)."""
+    found: str | None = None
+    for start, namespace in libraries:
+        if start > offset:
+            break
+        found = namespace
+    return found
+
+
 _ADJACENT = re.compile(r'"\s*"')  # the end of one string literal and the start of the next
 MAX_OPS = 256  # op functions walked per package (vLLM registers about 200 ops, a handful are queries)
 
@@ -51,6 +71,7 @@ class Registration:
     params: tuple[tuple[str, str], ...]  # (type, name) of each schema parameter
     path: str  # where it is registered (the m.impl line)
     line: int
+    namespace: str | None = None  # TORCH_LIBRARY(ns, m); None when a macro names it (TORCH_EXTENSION_NAME)
 
     def int_positions(self) -> tuple[int, ...]:
         return tuple(k for k, (kind, _) in enumerate(self.params) if kind == "int")
@@ -58,12 +79,13 @@ class Registration:
 
 def find_registrations(texts: Mapping[str, str]) -> list[Registration]:
     """The query ops registered in ``texts`` (path -> text), in path and line order."""
-    schemas: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {}
-    impls: dict[str, tuple[str, str, int]] = {}
+    schemas: dict[tuple[str | None, str], tuple[tuple[tuple[str, str], ...], str]] = {}
+    impls: dict[tuple[str | None, str], tuple[str, str, int]] = {}
     for path in sorted(texts):
         text = texts[path]
         if ".def(" not in text and ".impl(" not in text:
             continue
+        libraries = [(m.start(), _namespace(m.group(1))) for m in _LIBRARY.finditer(text)]
         # Adjacent literals are one string: "name(int cap) -> "  "bool" (same length, so offsets hold).
         joined = _ADJACENT.sub(lambda m: " " * len(m.group(0)), text)
         for m in _SCHEMA.finditer(joined):
@@ -74,17 +96,21 @@ def find_registrations(texts: Mapping[str, str]) -> list[Registration]:
                     params.append((words[0], words[-1]))
                 elif words:
                     params.append((words[0], ""))
-            schemas.setdefault(m.group("op"), (tuple(params), m.group("ret")))
+            key = (_library_at(libraries, m.start()), m.group("op"))
+            schemas.setdefault(key, (tuple(params), m.group("ret")))
         matches = list(_IMPL.finditer(text))
         for m, line in zip(matches, lines_of(text, (m.start() for m in matches)), strict=True):
-            impls.setdefault(m.group("op"), (m.group("fn").rsplit("::", 1)[-1], path, line))
+            key = (_library_at(libraries, m.start()), m.group("op"))
+            impls.setdefault(key, (m.group("fn").rsplit("::", 1)[-1], path, line))
     out: list[Registration] = []
-    for op in sorted(impls):
-        schema = schemas.get(op)
+    for key in sorted(impls, key=lambda k: (k[0] or "", k[1])):
+        namespace, op = key
+        # The schema is in the same library block, or (TORCH_LIBRARY_IMPL) a block of the same name.
+        schema = schemas.get(key) or schemas.get((None, op))
         if schema is None or schema[1] not in _QUERY_RETURNS:
             continue
-        fn, path, line = impls[op]
-        reg = Registration(op, fn, schema[0], path, line)
+        fn, path, line = impls[key]
+        reg = Registration(op, fn, schema[0], path, line, namespace)
         if reg.int_positions():
             out.append(reg)
     out.sort(key=lambda r: (r.path, r.line, r.op))
@@ -139,7 +165,7 @@ def read_ops(
                 ops.append(
                     TorchOp(
                         package, version, reg.op, reg.function, path, fdef.line, param, position,
-                        true, unknown, (reg.path, reg.line), gates,
+                        true, unknown, (reg.path, reg.line), gates, reg.namespace,
                     )
                 )  # fmt: skip
             break  # one definition per op

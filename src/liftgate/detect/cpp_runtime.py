@@ -134,6 +134,9 @@ def _instantiate(
     interp = Interpreter(index, path, regions)
     sink = GateEmitter(package, version, path, regions)
     sink.seen = set(walked.seen)
+    # One occurrence count with the file's walk: ids stay unique within the file.
+    sink.sink = walked.sink
+    start = len(walked.sink.gates)
     env = {name: (bound[k] if k < len(bound) else UNKNOWN) for k, name in enumerate(fdef.params) if name}
     frame = Frame(fdef, fdef.body, env, regions)
     sink.frame = frame
@@ -141,12 +144,14 @@ def _instantiate(
     try:
         interp.exec_block(interp.body(fdef).body, interp.all_lanes, frame, 0)
     except (StepBudget, TooDeep, RecursionError):
+        del walked.sink.gates[start:]
         return []
     finally:
         interp.sink = None
         sink.frame = None
-    taken = {g.id for g in walked.gates}
-    return [g for g in sink.gates if site in g.evidence and g.id not in taken]
+    emitted = walked.sink.gates[start:]
+    del walked.sink.gates[start:]
+    return [g for g in emitted if site in g.evidence]
 
 
 def walk_parametric(

@@ -77,7 +77,7 @@ def call_model(
     if isinstance(element, Builtin) and element.name in _PY_BUILTINS:
         return _PY_BUILTINS[element.name](interp, args, kwargs, frame, node)
     if isinstance(element, ExternalRef) and dotted.startswith("torch.ops.") and name in interp.torch_ops:
-        return call_op(interp, interp.torch_ops[name], args, ev)
+        return call_op(interp, _ops_for(interp.torch_ops[name], dotted, frame.module.package), args, ev)
     if name in ("get_device_capability", "nvmlDeviceGetCudaComputeCapability"):
         return capability_value(ev)
     if name == "get_device_properties":
@@ -125,6 +125,18 @@ def call_model(
     if isinstance(element, Builtin) and element.name == "identity":
         return args[0] if args else TOP
     return TOP
+
+
+def _ops_for(ops: list[TorchOp], dotted: str, package: str) -> list[TorchOp]:
+    """The ops ``torch.ops.<ns>.<name>`` can mean: the namespace must agree where both are known,
+    and the caller's own package's ops win; ops of two other packages are ambiguous (none)."""
+    parts = dotted.split(".")
+    namespace = parts[2] if len(parts) == 4 else None
+    fits = [op for op in ops if op.namespace is None or namespace is None or op.namespace == namespace]
+    own = [op for op in fits if op.package == package]
+    if own:
+        return own
+    return fits if len({op.package for op in fits}) == 1 else []
 
 
 def call_op(interp: Evaluator, ops: list[TorchOp], args: list[AV], site: Evidence) -> AV:

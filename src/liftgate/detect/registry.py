@@ -129,11 +129,12 @@ def op_gates(
             continue
         # The calls and how their callers came by the capability, in a fixed order (the walk's
         # order depends on which module was read first), at most 12.
-        shown = sorted(steps, key=lambda e: (e.path or "", e.line or 0, e.text))[:12]
+        ordered = sorted(steps, key=lambda e: (e.path or "", e.line or 0, e.text))
+        shown = ordered[:12]
         registered = Evidence(f"{op.function}() is registered as torch op {op.name}", *op.registered)
         via = Evidence(f"Python passes the capability to torch op {op.name}:")
         deciding = tuple(
-            dict.fromkeys(gid for e in shown if e.path and e.line for gid in at.get((e.path, e.line), ()))
+            dict.fromkeys(gid for e in ordered if e.path and e.line for gid in at.get((e.path, e.line), ()))
         )
         out.extend(
             replace(g, evidence=(*g.evidence, registered, via, *shown), decided_at=deciding) for g in op.gates
@@ -163,8 +164,35 @@ class BinaryDetector:
 
 DETECTORS: tuple[Detector, ...] = (CFamilyDetector(), CMakeDetector(), PythonDetector(), BinaryDetector())
 
+
+def merge_same_gates(gates: Sequence[Gate]) -> list[Gate]:
+    """One gate per id. A C++ branch on a parameter can be found twice, by the C-family detector
+    (a caller in its file passes the capability) and through a torch op the Python detector
+    resolved: the same branch, the same id. Merged: evidence, ``decided_at`` and enclosing gates
+    joined; a target admitted by one reading and not the other is unknown."""
+    first: dict[str, int] = {}
+    out: list[Gate] = []
+    for g in gates:
+        k = first.get(g.id)
+        if k is None:
+            first[g.id] = len(out)
+            out.append(g)
+            continue
+        kept = out[k]
+        admitted = kept.admitted & g.admitted
+        out[k] = replace(
+            kept,
+            admitted=admitted,
+            unknown=(kept.unknown | g.unknown | kept.admitted | g.admitted) - admitted,
+            evidence=tuple(dict.fromkeys((*kept.evidence, *g.evidence))),
+            decided_at=tuple(dict.fromkeys((*kept.decided_at, *g.decided_at))),
+            enclosing=tuple(dict.fromkeys((*kept.enclosing, *g.enclosing))),
+        )
+    return out
+
+
 # Steps over every detector's gates, in order: each returns the gates with facts joined across kinds.
-LINKS: tuple[Callable[[Sequence[Gate]], list[Gate]], ...] = (link_build_flags,)
+LINKS: tuple[Callable[[Sequence[Gate]], list[Gate]], ...] = (merge_same_gates, link_build_flags)
 
 
 def reset_workers() -> None:

@@ -173,17 +173,19 @@ def op_to_row(op: TorchOp) -> tuple[object, ...]:
     return (
         op.package, op.version, op.name, op.function, op.path, op.line, op.parameter, op.position,
         op.returns_true.mask, op.returns_unknown.mask, op.registered, tuple(gate_to_row(g) for g in op.gates),
+        op.namespace,
     )  # fmt: skip
 
 
 def op_from_row(row: tuple[object, ...]) -> TorchOp:
     (package, version, name, function, path, line, parameter, position, true, unknown, registered,
-     gates) = row  # fmt: skip
+     gates, namespace) = row  # fmt: skip
     return TorchOp(
         package, version, name, function, path, line, parameter, position,  # type: ignore[arg-type]
         ArchSet.from_mask(true), ArchSet.from_mask(unknown),  # type: ignore[arg-type]
         tuple(registered),  # type: ignore[arg-type]
         tuple(gate_from_row(g) for g in gates),  # type: ignore[attr-defined]
+        namespace,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
