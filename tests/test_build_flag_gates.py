@@ -260,23 +260,3 @@ def test_many_passes_of_a_flag_are_counted_in_one_pass() -> None:
     a = _cmake_gate("A_ARCHS", archs("sm_90"), ("X", 2))
     text = "if(A_ARCHS)\n" + '  "-DX=1"\n' * 100_000 + "endif()\n"
     assert arch_flags({"CMakeLists.txt": (a,)}, {"CMakeLists.txt": text}, ()) == ()
-
-
-def test_the_c_family_result_is_the_same_for_every_job_count(tmp_path: Path) -> None:
-    """Chunks are fixed and each starts from a fresh analyser, so -j changes nothing (a header
-    memoised inside an include cycle used to depend on what a worker had analysed before)."""
-    tree = tmp_path / "pkg"
-    (tree / "inc").mkdir(parents=True)
-    # a.h and b.h include each other; which one a walk enters first changes what the other exports.
-    (tree / "inc/a.h").write_text(
-        '#pragma once\n#include "b.h"\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n#define A_SM90 1\n#endif\n'
-    )
-    (tree / "inc/b.h").write_text('#pragma once\n#include "a.h"\n#ifdef A_SM90\n#define B_SM90 1\n#endif\n')
-    for k in range(80):  # enough files for the process pool
-        first = "a.h" if k % 2 else "b.h"
-        (tree / f"k{k:02d}.cu").write_text(f'#include "inc/{first}"\n#ifdef B_SM90\nint x{k};\n#endif\n')
-    one = liftgate.scan([str(tree)], ["sm_90"], use_cache=False, jobs=1)
-    two = liftgate.scan([str(tree)], ["sm_90"], use_cache=False, jobs=2)
-    assert [(g.id, g.admitted, g.unknown) for g in one.gates] == [
-        (g.id, g.admitted, g.unknown) for g in two.gates
-    ]

@@ -32,7 +32,6 @@ from liftgate.sources.workspace import BINARY_SNIFF, read_text, stat_hit
 
 # Below this many files, a process pool costs more than it saves.
 _POOL_THRESHOLD = 64
-_CHUNKS = 16  # analysis chunks per round, whatever -j is (each starts from a fresh analyser)
 T = TypeVar("T")
 
 
@@ -112,10 +111,6 @@ def _analyzer(job: _PackageJob) -> PackageAnalyzer:
 
 
 def _analyze_chunk(job: _PackageJob, paths: list[str]) -> tuple[list[Gate], list[Skip], set[str]]:
-    # A fresh analyser per chunk: header exports memoised inside include cycles depend on which
-    # file entered the cycle first, so sharing them across chunks made a file's gates depend on
-    # what its worker had analysed before (and so on -j and timing). Chunks are fixed (`_CHUNKS`).
-    _ANALYZERS.pop((job.name, job.version), None)
     analyzer = _analyzer(job)
     gates: list[Gate] = []
     skips: list[Skip] = []
@@ -308,22 +303,22 @@ def _scan_package(
             f"analysing {pkg.name}" + (f" (round {rounds})" if rounds > 1 else ""), total=len(selected)
         )
         new_derived: set[str] = set()
-        chunks = _chunks(selected, _CHUNKS, 8)  # the same whatever -j is: see _analyze_chunk
         if len(selected) < _POOL_THRESHOLD or pool.jobs == 1:
-            for chunk in chunks:
-                g, s, d = _analyze_chunk(job, chunk)
-                gates.extend(g)
-                skips.extend(s)
-                new_derived |= d
-                observer.advance(len(chunk))
+            g, s, d = _analyze_chunk(job, selected)
+            gates.extend(g)
+            skips.extend(s)
+            new_derived |= d
+            observer.advance(len(selected))
         else:
-            analyses = [pool.get().submit(_analyze_chunk, job, chunk) for chunk in chunks]
-            for chunk, analysis in zip(chunks, analyses, strict=True):
+            analyses = [
+                pool.get().submit(_analyze_chunk, job, chunk) for chunk in _chunks(selected, pool.jobs * 4, 8)
+            ]
+            for analysis in analyses:
                 g, s, d = analysis.result()
                 gates.extend(g)
                 skips.extend(s)
                 new_derived |= d
-                observer.advance(len(chunk))
+                observer.advance(1)
         observer.finish()
         analyzed.update(selected)
         new_derived -= derived
