@@ -331,3 +331,30 @@ def test_a_sorted_major_list_stays_sorted(tmp_path: Path) -> None:
     )
     assert plan.verified
     assert "supported_major_versions=[9, 10, 11, 12])  # liftgate: +sm_90" in after_text(plan, "pkg/jit.py")
+
+
+def test_a_gate_the_edit_cannot_reach_that_reads_differently_on_the_rescan_is_a_note(tmp_path: Path) -> None:
+    """Headers memoised inside include cycles can read differently from one scan to the next
+    (issue 21). A CUDA gate in a file the plan does not edit, reading no macro an edited file
+    defines, cannot have been changed by the edit: said in a note, not blamed on the lift."""
+    from dataclasses import replace
+
+    from liftgate.arch.core import ArchSet
+
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "a.cu").write_text(f"#if {T120}\n__device__ void a();\n#endif\n".replace("== 1200", ">= 1000"))
+    (root / "b.cu").write_text(
+        "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n__device__ void b();\n#endif\n"
+    )
+    report, on_disk = _scan(root, "sm_90")
+    (gate,) = [g for g in report.gates if g.location.path == "a.cu"]
+
+    def rescan(overlay, packages):  # type: ignore[no-untyped-def]
+        found = scan([str(root)], ["sm_90"], use_cache=False, overlay=overlay, only_packages=packages)
+        noisy = [replace(g, admitted=ArchSet.none()) if g.location.path == "b.cu" else g for g in found.gates]
+        return replace(found, gates=tuple(noisy))
+
+    plan = plan_lift(report, [gate.id], parse_target("sm_90"), on_disk, rescan=rescan)
+    assert plan.verified and not plan.skipped
+    assert any("b.cu:1" in n and "not the edit's doing" in n for n in plan.notes)
