@@ -159,3 +159,116 @@ def test_runtime_object_data_is_checked() -> None:
         parse_objects({"schema_version": 1, "objects": [{**entry, "class": "C"}]})
     with pytest.raises(ValueError, match="schema_version"):
         parse_objects({"schema_version": 2, "objects": []})
+
+
+def caps_of(archs: object) -> frozenset[tuple[int, int]]:
+    return frozenset(a.cc for a in archs if a.variant == "")  # type: ignore[attr-defined]
+
+
+def test_runtime_choice_on_an_unknown_receiver_lists_every_implementation() -> None:
+    """Issue 18 item 4: `quant_config.get_min_capability()` on a config read at run time. Every
+    implementation in the scan is a candidate (the abstract one is not); the gate admits what all
+    of them admit, leaves unknown what only some do, and lists each with its own admitted set."""
+    path = "vllm/choice/verify.py"
+    gate = gate_at(path, line_of(path, "if capability < quant_config.get_min_capability():"))
+    assert [(c.implementation, c.path) for c in gate.choices] == [
+        ("Fp8Config.get_min_capability", "vllm/choice/quant.py"),
+        ("AWQConfig.get_min_capability", "vllm/choice/quant.py"),
+        ("NvFp4Config.get_min_capability", "vllm/choice/quant.py"),
+    ]
+    by_name = {c.implementation.split(".")[0]: caps_of(c.admitted) for c in gate.choices}
+    assert min(by_name["Fp8Config"]) == (8, 9) and (8, 6) not in by_name["Fp8Config"]
+    assert min(by_name["AWQConfig"]) == (7, 5)
+    assert min(by_name["NvFp4Config"]) == (10, 0)
+    assert caps_of(gate.unknown) == {(7, 5), (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0)}
+    assert {(7, 0), (7, 2)}.isdisjoint(caps_of(gate.admitted) | caps_of(gate.unknown))
+    text = evidence(gate)
+    assert "quant_config.get_min_capability: the class is chosen at run time; 3 implementations" in text
+    assert "NvFp4Config.get_min_capability: admits sm_100" in text
+    assert [c.line for c in gate.choices] == [
+        line_of("vllm/choice/quant.py", "return 89") - 1,
+        line_of("vllm/choice/quant.py", "return 75") - 1,
+        line_of("vllm/choice/quant.py", "return 100") - 1,
+    ]
+
+
+def test_runtime_choice_survives_an_assignment_and_a_tuple_unpacking() -> None:
+    """The choice is fixed for the whole walk of the function: `needed = x.get_min_capability()`
+    read two lines later, and `ok, _ = kernel.is_supported()`, are split the same way."""
+    path = "vllm/choice/verify.py"
+    assigned = gate_at(path, line_of(path, ">= needed"))
+    assert len(assigned.choices) == 3
+    unpacked = gate_at(path, line_of(path, "return ok"))
+    assert [c.implementation for c in unpacked.choices] == [
+        "CutlassFp4Kernel.is_supported", "MarlinFp4Kernel.is_supported",
+    ]  # fmt: skip
+    assert caps_of(unpacked.unknown) == {(8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0)}
+
+
+def test_loop_over_a_list_of_classes_is_a_runtime_choice() -> None:
+    """`for kernel in _FP4_KERNELS: kernel.is_supported()`: each class in the list is a candidate;
+    where the candidates agree (both Hopper kernels admit 9.0+), the gate is plain, with no choices."""
+    path = "vllm/choice/kernels.py"
+    split = gate_at(path, line_of(path, "if not supported:"))
+    assert [c.implementation for c in split.choices] == [
+        "CutlassFp4Kernel.is_supported", "MarlinFp4Kernel.is_supported",
+    ]  # fmt: skip
+    assert caps_of(split.choices[1].admitted) >= {(8, 0), (9, 0), (12, 1)}
+    agreed = gate_at(path, line_of(path, "if kernel.is_usable():"))
+    assert agreed.choices == ()
+    assert agreed.unknown.names() == []
+
+
+def test_runtime_choice_in_json_facts() -> None:
+    from liftgate.model import Report
+    from liftgate.report.json_format import facts_to_dict
+
+    path = "vllm/choice/verify.py"
+    gate = gate_at(path, line_of(path, "if capability < quant_config.get_min_capability():"))
+    report = Report(
+        targets=(), packages=(), gates=(gate,), skips=(), files_scanned=0, elapsed_s=0.0, cuda_version=(13, 0)
+    )
+    facts = facts_to_dict(gate, report)
+    assert [c["implementation"] for c in facts["choices"]] == [c.implementation for c in gate.choices]
+    assert "sm_100" in facts["choices"][2]["admitted"] and "sm_90" not in facts["choices"][2]["admitted"]
+
+
+def test_implementations_called_with_the_capability_are_a_choice() -> None:
+    """`backend_cfg.supported(arch)`: no implementation's own text mentions the device, so the
+    lookup alone is not a choice; the call passing the capability makes it one, and each
+    implementation's branch on its parameter is a parametric gate naming that call."""
+    path = "vllm/choice/backends.py"
+    gate = gate_at(path, line_of(path, "if not backend_cfg.supported(arch):"))
+    assert [c.implementation for c in gate.choices] == [
+        "TrtllmMoeConfig.supported", "CutlassMoeConfig.supported", "TritonMoeConfig.supported",
+    ]  # fmt: skip
+    assert caps_of(gate.choices[2].admitted) == caps_of(gate.admitted | gate.unknown)
+    parametric = gate_at(path, line_of(path, "return arch in (100, 103)"))
+    assert "called as backend_cfg.supported(arch) at vllm/choice/backends.py:" in evidence(parametric)
+
+
+def test_choices_survive_the_scan_cache_and_explain_names_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A warm scan (from the cache) gives the same choices as the cold one, and `explain` says,
+    per target, which implementations admit it and which exclude it."""
+    from liftgate.cli.main import main
+    from liftgate.scan import scan
+
+    cache_dir = str(tmp_path / "cache")
+    cold = scan([str(TREE)], ["sm_75", "sm_121"], cache_dir=cache_dir)
+    warm = scan([str(TREE)], ["sm_75", "sm_121"], cache_dir=cache_dir)
+    pick = [g for g in cold.gates if g.location.path == "vllm/choice/verify.py" and g.choices]
+    assert pick and [(g.id, g.choices) for g in pick] == [
+        (g.id, g.choices) for g in warm.gates if g.location.path == "vllm/choice/verify.py" and g.choices
+    ]
+    gate = min(pick, key=lambda g: g.location.line)
+    assert main(["explain", gate.id, str(TREE), "-t", "sm_75", "-t", "sm_121", "--cache-dir", cache_dir]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "sm_75: UNKNOWN" in out
+    assert "chosen at run time: 1 implementation admits it: AWQConfig.get_min_capability" in out
+    assert (
+        "chosen at run time: 2 implementations exclude it: Fp8Config.get_min_capability, "
+        "NvFp4Config.get_min_capability" in out
+    )
+    assert "chosen at run time: 3 implementations admit it" in out  # sm_121

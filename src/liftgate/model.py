@@ -193,6 +193,19 @@ class BinaryCoverage:
 
 
 @dataclass(frozen=True, slots=True)
+class Choice:
+    """One implementation a call may reach when the object's class is chosen at run time
+    (``quant_config.get_min_capability()``, ``for kernel in _KERNELS: kernel.is_supported()``):
+    the method, where it is defined, and what the gate admits when the call reaches it."""
+
+    implementation: str  # qualified name of the method, "Fp8Config.get_min_capability"
+    path: str
+    line: int
+    admitted: ArchSet
+    unknown: ArchSet
+
+
+@dataclass(frozen=True, slots=True)
 class TorchOp:
     """A C++ function registered as a torch custom op (``m.def("name(int cap) -> bool")`` and
     ``m.impl("name", &fn)``), read with its integer parameter ``position`` bound to the device's
@@ -252,6 +265,10 @@ class Gate:
     # cpp-runtime code under build flags the package passes per target: the targets whose build
     # compiles it (or may); the admitted set stays the condition's. None: every build has it.
     reach: ArchSet | None = None
+    # py-runtime: the condition calls a method of an object whose class is chosen at run time;
+    # each implementation in the scan with what the gate admits through it. A target some admit
+    # and others do not is unknown in the gate's own sets.
+    choices: tuple[Choice, ...] = ()
 
     @property
     def excluded(self) -> ArchSet:

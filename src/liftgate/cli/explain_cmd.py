@@ -192,6 +192,13 @@ def explanation(report: Any, gate: Any, package_files: dict[str, str], checks: l
         entry: dict[str, Any] = {"target": arch.name, "status": gate.status(arch).value}
         verdict = index.get((gate.id, arch))
         entry["verdict"] = verdict_to_dict(verdict) if verdict else None
+        if gate.choices:
+            # The class is chosen at run time: which implementations let this target through.
+            entry["choices"] = {
+                "admit": [c.implementation for c in gate.choices if arch in c.admitted],
+                "exclude": [c.implementation for c in gate.choices if arch not in c.admitted | c.unknown],
+                "unknown": [c.implementation for c in gate.choices if arch in c.unknown],
+            }
         if verdict is not None:
             entry["features"] = [
                 {
@@ -318,6 +325,14 @@ def render_text(doc: dict[str, Any], color: bool) -> str:
                 f"  (the gate: {entry['status']})" if verdict else "",
             )
         )
+        choices = entry.get("choices")
+        if choices:
+            for word, names in (("admit", choices["admit"]), ("exclude", choices["exclude"])):
+                if names:
+                    listed = ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
+                    count = f"{len(names)} implementation{'s' if len(names) != 1 else ''}"
+                    verb = word if len(names) != 1 else f"{word}s"
+                    console.print(Text(_wrap(f"  chosen at run time: {count} {verb} it: {listed}")))
         if verdict:
             for reason in verdict["reasons"]:
                 console.print(Text(_wrap(f"  - {reason}")))

@@ -24,6 +24,7 @@ from liftgate.model import (
     BinaryCoverage,
     BuildFlag,
     BuildTarget,
+    Choice,
     Confidence,
     ElseKind,
     Evidence,
@@ -154,6 +155,7 @@ class GateSink:
         coverage: BinaryCoverage | None = None,
         switches: Sequence[Switch] = (),
         reach: ArchSet | None = None,
+        choices: Sequence[Choice] = (),
         keep: bool = True,
     ) -> Gate:
         """A gate of this file with an id from `identify`; kept in ``gates`` unless ``keep`` is false.
@@ -183,6 +185,7 @@ class GateSink:
             coverage=coverage,
             switches=tuple(switches),
             reach=reach,
+            choices=tuple(choices),
         )
         if keep:
             self.gates.append(built)

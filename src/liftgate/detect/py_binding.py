@@ -199,3 +199,18 @@ def decorator_name(node: ast.expr) -> str:
         parts.append(node.id)
     name = ".".join(reversed(parts))
     return name.rsplit(".", 1)[-1] if name.startswith("functools.") is False else name
+
+
+# Files worth a full walk mention the device's capability or an arch-named helper. Plain
+# substring tests on the lower-cased bytes: a regex alternation is ten times slower on 70 MB.
+_PREFILTER_TOKENS = (
+    b"capabilit", b"get_arch_list", b"get_device_name", b"get_device_properties", b"get_current_target",
+    b"device_sm", b"is_sm", b"hopper", b"blackwell", b"ampere", b"volta", b"turing", b"lovelace", b"is_ada",
+)  # fmt: skip
+_SM_NUMBER = re.compile(rb"sm_?(?:[7-9]\d|1[0-2]\d)(?![\d])")
+
+
+def runtime_prefilter(data: bytes) -> bool:
+    """Might this Python file hold a runtime capability check? (False means: certainly not, by its own text.)"""
+    low = data.lower()
+    return any(token in low for token in _PREFILTER_TOKENS) or _SM_NUMBER.search(low) is not None

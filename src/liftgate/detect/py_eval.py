@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from liftgate.detect.py_binding import decorator_name, local_names, short
+from liftgate.detect.py_choices import MAX_CHOICES, Candidate, RuntimeChoice, is_test_code
 from liftgate.detect.py_domain import (
     all_dicts,
     and_values,
@@ -122,7 +123,9 @@ class Evaluator(Scopes):
         parts = [self.eval(e, frame) for e in node.elts]
         if len(parts) > 64:
             return TOP
-        return lift(lambda *xs: tuple(xs), *parts) if parts else const(())
+        # A list of classes is kept (``_KERNELS = [CutlassKernel, MarlinKernel]``): a loop over it
+        # is a choice made at run time (`liftgate.detect.py_choices`).
+        return lift(lambda *xs: tuple(xs), *parts, keep_classes=True) if parts else const(())
 
     _eval_List = _eval_Tuple
 
@@ -299,6 +302,8 @@ class Evaluator(Scopes):
         return self.attribute(base, node.attr, frame, node)
 
     def attribute(self, base: AV, name: str, frame: Frame, node: ast.AST) -> AV:
+        if frame is self.choice_frame and name not in MODEL_WINS and not name.startswith("__"):
+            base = self._choose(base, name, frame, node)
         results: list[AV] = []
         plain = False
         for element in elements_of(base):
@@ -344,6 +349,111 @@ class Evaluator(Scopes):
             # `get_device_properties(0).name`: what a product name says is read from the product list.
             value = AV(value.sets, True, value.trail, value.deps)
         return value
+
+    def _choose(self, base: AV, name: str, frame: Frame, node: ast.AST) -> AV:
+        """``base`` for looking up ``name``: unchanged, or, where the lookup is a runtime choice
+        (`liftgate.detect.py_choices`) and this walk fixes it, the one candidate it is fixed to."""
+        choice = self._runtime_choice(base, name, frame, node)
+        if choice is None:
+            return base
+        fixed = self.fixed_choices.get(choice.key)
+        if fixed is not None:
+            chosen = const(choice.candidates[fixed].receiver)
+            return AV(chosen.sets, base.inferred, base.trail, base.deps)
+        if choice.loose or not self._worth_choosing(choice, name, frame, node):
+            self._unsettled[id(node)] = choice  # the call's arguments may still make it one (`_eval_Call`)
+        else:
+            self.choices_met.setdefault(choice.key, choice)
+        return base
+
+    def _runtime_choice(self, base: AV, name: str, frame: Frame, node: ast.AST) -> RuntimeChoice | None:
+        if not base.uniform:
+            return None
+        elements = elements_of(base)
+        if not elements:
+            return None
+        label = short(frame.module.segment(node), 80) if isinstance(node, ast.expr) else name
+        if all(is_marker(e) for e in elements):
+            receiver = node.value if isinstance(node, ast.Attribute) else None
+            if (
+                isinstance(receiver, ast.Call)
+                and isinstance(receiver.func, ast.Name)
+                and receiver.func.id == "super"
+            ):
+                return None  # `super().can_implement(c)`: the base class's method, not a choice
+            implementations = self.method_candidates(name)
+            if implementations is None:
+                return None
+            candidates, relevant = implementations
+            return RuntimeChoice(("method", name), label, candidates, loose=not relevant)
+        if len(elements) < 2 or not all(isinstance(e, (ClassRef, Instance)) for e in elements):
+            return None
+        found: dict[tuple[str, int], Candidate] = {}
+        for element in elements:
+            assert isinstance(element, (ClassRef, Instance))
+            cls = element.cls if isinstance(element, Instance) else element
+            where = self._definition(cls, name)
+            info = self._classes.get(cls.key)
+            if where is None or info is None:
+                return None  # an attribute one of the classes lacks: not a choice this reads
+            if is_test_code(info.module.path):
+                continue  # a test's fake, passed by a test: not a deployment's choice
+            candidate = Candidate(element, f"{info.qualname}.{name}", *where)
+            key = (info.module.path, info.node.lineno)
+            found.setdefault(key, candidate)
+        if len(found) < 2 or len(found) > MAX_CHOICES:
+            return None
+        ordered = tuple(found[k] for k in sorted(found))
+        return RuntimeChoice(("classes", name, *sorted(found)), label, ordered)
+
+    def _worth_choosing(self, choice: RuntimeChoice, name: str, frame: Frame, node: ast.AST) -> bool:
+        """Whether walking once per candidate can change a reading: some candidate's ``name``,
+        called with its arguments unknown (or read, if not a method), differs between devices, or
+        the candidates give different numbers (``get_min_capability()`` returning 75, 89, 100,
+        which the caller compares with the device). Anything else reads the same through every
+        candidate, or differs in ways no device test sees, and is left joined."""
+        cached = self._choice_worth.get(choice.key)
+        if cached is not None:
+            return cached
+        self._choice_worth[choice.key] = False  # a lookup met again while this one is read
+        numbers: set[object] = set()
+        worth = False
+        for candidate in choice.candidates:
+            value = self.attribute(const(candidate.receiver), name, Frame(frame.module, {}, {}), node)
+            if any(isinstance(x, (FuncRef, BoundMethod, PartialRef)) for x in elements_of(value)):
+                value = self.call(value, [], {}, frame, node)
+            if value.arch:
+                worth = True
+                break
+            numbers.update(
+                x for x in elements_of(value) if isinstance(x, (int, float)) and not isinstance(x, bool)
+            )
+            if len(numbers) > 1:
+                worth = True
+                break
+        self._choice_worth[choice.key] = worth
+        return worth
+
+    def _definition(self, cls: ClassRef, name: str, depth: int = 0) -> tuple[str, int] | None:
+        """Where ``name`` is defined for ``cls``: in its own body or a base class's (path, line)."""
+        info = self._classes.get(cls.key)
+        if info is None or depth > 8:
+            return None
+        for stmt in info.node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                return info.module.path, stmt.lineno
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == name for t in targets
+            ):
+                return info.module.path, stmt.lineno
+        for base in info.node.bases:
+            for element in elements_of(self.eval(base, Frame(info.module, {}, {}))):
+                if isinstance(element, ClassRef):
+                    found = self._definition(element, name, depth + 1)
+                    if found is not None:
+                        return found
+        return None
 
     def _unknown_attribute(self, name: str, frame: Frame, node: ast.AST) -> AV:
         if name in MODEL_WINS:
@@ -661,7 +771,31 @@ class Evaluator(Scopes):
             if kw.arg is None:
                 return TOP  # **kwargs: the arguments cannot be bound
             kwargs[kw.arg] = self.eval(kw.value, frame)
+        if frame is self.choice_frame and isinstance(node.func, ast.Attribute):
+            choice = self._unsettled.pop(id(node.func), None)
+            if choice is not None and (any(a.arch for a in args) or any(v.arch for v in kwargs.values())):
+                self._settle(choice, node.func, args, kwargs, frame, node)
         return self.call(func, args, kwargs, frame, node)
+
+    def _settle(
+        self,
+        choice: RuntimeChoice,
+        attribute: ast.Attribute,
+        args: list[AV],
+        kwargs: dict[str, AV],
+        frame: Frame,
+        node: ast.Call,
+    ) -> None:
+        """A method of a runtime choice called with a device-dependent value
+        (``backend_cls.supports_compute_capability(cap)``): each candidate is called with it (its
+        branches on the parameter become parametric gates, `_record_call_site`), and if any
+        answers differently per device, the choice is one after all."""
+        differs = False
+        for candidate in choice.candidates:
+            method = self.attribute(const(candidate.receiver), attribute.attr, frame, attribute)
+            differs = self.call(method, args, kwargs, frame, node).arch or differs
+        if differs:
+            self.choices_met.setdefault(choice.key, choice)
 
     def call(self, func: AV, args: list[AV], kwargs: dict[str, AV], frame: Frame, node: ast.AST) -> AV:
         if func.inferred and all(isinstance(x, bool) for x in elements_of(func)):

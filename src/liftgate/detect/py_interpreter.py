@@ -12,11 +12,13 @@ import ast
 import contextlib
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
-from liftgate.detect.py_binding import Module, decorator_name
+from liftgate.detect.py_binding import Module, decorator_name, runtime_prefilter
+from liftgate.detect.py_choices import RuntimeChoice
 from liftgate.detect.py_exec import Executor
-from liftgate.detect.py_gates import GateEmitter
+from liftgate.detect.py_gates import GateEmitter, PendingGate, admitted_lanes_of
 from liftgate.detect.py_scope import Frame
 from liftgate.detect.pyvalues import (
     AV,
@@ -29,20 +31,7 @@ from liftgate.detect.pyvalues import (
     join,
 )
 
-# Files worth a full walk mention the device's capability or an arch-named helper. Plain
-# substring tests on the lower-cased bytes: a regex alternation is ten times slower on 70 MB.
-_PREFILTER_TOKENS = (
-    b"capabilit", b"get_arch_list", b"get_device_name", b"get_device_properties", b"get_current_target",
-    b"device_sm", b"is_sm", b"hopper", b"blackwell", b"ampere", b"volta", b"turing", b"lovelace", b"is_ada",
-)  # fmt: skip
-_SM_NUMBER = re.compile(rb"sm_?(?:[7-9]\d|1[0-2]\d)(?![\d])")
-
-
-def runtime_prefilter(data: bytes) -> bool:
-    """Might this Python file hold a runtime capability check? (False means: certainly not, by its own text.)"""
-    low = data.lower()
-    return any(token in low for token in _PREFILTER_TOKENS) or _SM_NUMBER.search(low) is not None
-
+MAX_CHOICE_WALKS = 128  # walks of one function, over all candidates of the runtime choices met in it
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -131,7 +120,12 @@ class Interpreter(Executor):
         return not self._identifiers(module, stmt).isdisjoint(self.arch_names)
 
     def _walk_block(
-        self, body: list[ast.stmt], frame: Frame, scope: tuple[str, ...], cls: ClassRef | None
+        self,
+        body: list[ast.stmt],
+        frame: Frame,
+        scope: tuple[str, ...],
+        cls: ClassRef | None,
+        nested: bool = True,
     ) -> None:
         frame.scope = scope
         self._steps = 0
@@ -139,6 +133,8 @@ class Interpreter(Executor):
             self.exec_block(body, frame)
         if cls is not None:  # a class body: `Config.block` read elsewhere deserves a walk, like `self.x`
             self.arch_names.update(name for name, value in frame.env.items() if value.arch)
+        if not nested:
+            return
         for stmt in _nested_definitions(body):
             if isinstance(stmt, ast.ClassDef):
                 ref = self.class_ref(frame.module, stmt, ".".join((*scope, stmt.name)))
@@ -159,7 +155,105 @@ class Interpreter(Executor):
         cls: ClassRef | None,
         bound: dict[str, AV] | None = None,
     ) -> None:
+        """Walk one function in gate mode. Its conditions wait in the sink's buffer while it is
+        walked; when the walk meets runtime choices (`liftgate.detect.py_choices`), it is walked
+        again once per candidate and each condition takes the reading that applies."""
         self._remember(stmt, frame, scope, cls)
+        inner = self._function_frame(stmt, frame, cls, bound)
+        sink = frame.sink
+        saved = (self.choice_frame, self.choices_met)
+        self.choice_frame, self.choices_met = inner, {}
+        if sink is not None:
+            sink.begin()
+        try:
+            self._walk_block(stmt.body, inner, (*scope, stmt.name), None)
+        except BaseException:
+            self.choice_frame, self.choices_met = saved
+            if sink is not None:
+                sink.put_all(sink.end())
+            raise
+        choices = self.choices_met
+        self.choice_frame, self.choices_met = saved
+        if sink is not None:
+            pending = sink.end()
+            if choices:
+                pending = self._read_choices(stmt, frame, scope, cls, bound, choices, pending)
+            sink.put_all(pending)
+        if any(carries_arch(value) for value, _ in inner.returns):
+            self.arch_names.add(stmt.name)
+        if inner.attributes_bound:
+            # `self.x = False; if is_sm100(): self.x = …`: arch-dependent only after the branches
+            # merge, so the methods reading `self.x` are found here rather than at an assignment.
+            self.arch_names.update(k.split(".", 1)[1] for k, v in inner.env.items() if "." in k and v.arch)
+
+    def _read_choices(
+        self,
+        stmt: ast.FunctionDef | ast.AsyncFunctionDef,
+        frame: Frame,
+        scope: tuple[str, ...],
+        cls: ClassRef | None,
+        bound: dict[str, AV] | None,
+        choices: dict[tuple[object, ...], RuntimeChoice],
+        pending: list[PendingGate],
+    ) -> list[PendingGate]:
+        """Walk the function once per candidate of each runtime choice met in it (the other choices
+        left open; at most `MAX_CHOICE_WALKS` walks), and give each pending condition the reading
+        that applies: split between the candidates of the first choice whose readings of it differ
+        and depend on the device, else the reading through a candidate (a definition in the scan
+        beats a guess from the method's name)."""
+        sink = frame.sink
+        assert sink is not None
+        readings: list[tuple[RuntimeChoice, list[dict[tuple[int, int], PendingGate]]]] = []
+        budget = MAX_CHOICE_WALKS
+        for choice in choices.values():
+            if len(choice.candidates) > budget:
+                break
+            budget -= len(choice.candidates)
+            walks: list[dict[tuple[int, int], PendingGate]] = []
+            for index in range(len(choice.candidates)):
+                collected: dict[tuple[int, int], PendingGate] = {}
+                inner = self._function_frame(stmt, frame, cls, bound)
+                saved = (self.choice_frame, self.choices_met, self.fixed_choices, sink.collecting)
+                self.choice_frame, self.choices_met = inner, {}
+                self.fixed_choices, sink.collecting = {choice.key: index}, collected
+                try:
+                    self._walk_block(stmt.body, inner, (*scope, stmt.name), None, nested=False)
+                finally:
+                    self.choice_frame, self.choices_met, self.fixed_choices, sink.collecting = saved
+                walks.append(collected)
+            readings.append((choice, walks))
+        out: list[PendingGate] = []
+        for item in pending:
+            chosen = item
+            agreed: PendingGate | None = None
+            for choice, walks in readings:
+                reached = [
+                    (candidate, walk[item.key])
+                    for candidate, walk in zip(choice.candidates, walks, strict=True)
+                    if item.key in walk
+                ]
+                if not reached:
+                    continue
+                lanes = {tuple(admitted_lanes_of(p.value, p.guard)) for _, p in reached}
+                if len(lanes) > 1 and any(p.value.arch for _, p in reached):
+                    chosen = replace(item, split=tuple(reached), label=choice.label)
+                    break
+                if agreed is None:
+                    agreed = reached[0][1]
+            else:
+                chosen = agreed if agreed is not None else item
+            out.append(chosen)
+        return out
+
+    def _function_frame(
+        self,
+        stmt: ast.FunctionDef | ast.AsyncFunctionDef,
+        frame: Frame,
+        cls: ClassRef | None,
+        bound: dict[str, AV] | None,
+    ) -> Frame:
+        """The frame a gate-mode walk of ``stmt`` starts from: parameters read from their names or
+        defaults (or bound to what callers pass), ``self``/``cls`` the class."""
         env: dict[str, AV] = {}
         spec = stmt.args
         params = [*spec.posonlyargs, *spec.args]
@@ -183,14 +277,7 @@ class Interpreter(Executor):
         if bound:
             env.update((name, value) for name, value in bound.items() if name in env)
         closure = {**frame.closure, **frame.env}
-        inner = Frame(frame.module, env, closure, cls=cls, sink=frame.sink)
-        self._walk_block(stmt.body, inner, (*scope, stmt.name), None)
-        if any(carries_arch(value) for value, _ in inner.returns):
-            self.arch_names.add(stmt.name)
-        if inner.attributes_bound:
-            # `self.x = False; if is_sm100(): self.x = …`: arch-dependent only after the branches
-            # merge, so the methods reading `self.x` are found here rather than at an assignment.
-            self.arch_names.update(k.split(".", 1)[1] for k, v in inner.env.items() if "." in k and v.arch)
+        return Frame(frame.module, env, closure, cls=cls, sink=frame.sink)
 
     def _param_value(
         self,

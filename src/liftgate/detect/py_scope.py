@@ -15,6 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from liftgate.detect.py_binding import Module, short
+from liftgate.detect.py_choices import (
+    MAX_CHOICES,
+    Candidate,
+    RuntimeChoice,
+    class_methods,
+    is_test_code,
+    reads_the_device,
+)
 from liftgate.detect.py_domain import elements_of, item_at
 from liftgate.detect.py_gates import GateEmitter
 from liftgate.detect.py_models import BUILTIN_NAMES, MODEL_WINS
@@ -109,6 +117,17 @@ class Scopes:
         # one the capability: (op's package, name, position) -> the call sites (`py_models.call_op`).
         self.torch_ops: dict[str, list[TorchOp]] = {}
         self.op_calls: dict[tuple[str, str, int], dict[Evidence, None]] = {}
+        # Runtime choices (`liftgate.detect.py_choices`): the frame of the function being walked in
+        # gate mode, the choices met in it, and, while it is walked once per candidate, which
+        # candidate each choice is fixed to. ``method_modules`` gives the parsed modules whose text
+        # defines a method name (None: too many to be a choice); the analyzer sets it.
+        self.choice_frame: Frame | None = None
+        self.choices_met: dict[tuple[object, ...], RuntimeChoice] = {}
+        self.fixed_choices: dict[tuple[object, ...], int] = {}
+        self.method_modules: Callable[[str], list[Module] | None] = lambda name: []
+        self._method_choices: dict[str, tuple[tuple[Candidate, ...], bool] | None] = {}
+        self._choice_worth: dict[tuple[object, ...], bool] = {}
+        self._unsettled: dict[int, RuntimeChoice] = {}  # lookups whose call decides (`Evaluator._settle`)
 
     # modules
 
@@ -287,6 +306,30 @@ class Scopes:
         key = hash((module.path, id(node)))
         self._classes.setdefault(key, ClassInfo(module, node, qualname))
         return ClassRef(key, qualname)
+
+    def method_candidates(self, name: str) -> tuple[tuple[Candidate, ...], bool] | None:
+        """Every implementation of method ``name`` in the scanned packages (test code left out), as
+        candidates of a runtime choice on a receiver the interpreter cannot see, and whether at
+        least half of them read the device (`reads_the_device`); None when there are none or more
+        than `MAX_CHOICES`."""
+        if name in self._method_choices:
+            return self._method_choices[name]
+        found: list[Candidate] = []
+        relevant = 0
+        modules = self.method_modules(name)
+        for module in modules or ():
+            if is_test_code(module.path):
+                continue
+            for cls_node, fn in class_methods(module, name):
+                ref = self.class_ref(module, cls_node, cls_node.name)
+                found.append(Candidate(Instance(ref), f"{cls_node.name}.{name}", module.path, fn.lineno))
+                relevant += reads_the_device(module.segment(fn), fn)
+        result: tuple[tuple[Candidate, ...], bool] | None = None
+        if modules is not None and 0 < len(found) <= MAX_CHOICES:
+            ordered = tuple(sorted(found, key=lambda c: (c.path, c.line, c.implementation)))
+            result = (ordered, 2 * relevant >= len(found))
+        self._method_choices[name] = result
+        return result
 
     # names
 

@@ -166,11 +166,12 @@ def join(values: Iterable[AV]) -> AV:
     return combine(values, sets)
 
 
-def lift(fn: Callable[..., object], *args: AV) -> AV:
+def lift(fn: Callable[..., object], *args: AV, keep_classes: bool = False) -> AV:
     """Apply ``fn`` lane by lane over every combination of possible values.
 
     A combination involving an unknown (marker) or an opaque object yields "anything"; one that
-    raises is dropped (that path would raise at run time, so it produces no value).
+    raises is dropped (that path would raise at run time, so it produces no value). With
+    ``keep_classes`` a class reference is a value like any other (a list of kernel classes).
     """
     n = 1 if all(a.uniform for a in args) else lane_count()
     sets: list[frozenset[object]] = []
@@ -185,7 +186,11 @@ def lift(fn: Callable[..., object], *args: AV) -> AV:
         out: set[object] = set()
         top = False
         for combo in itertools.product(*lanes):
-            if any(isinstance(c, (_Marker, Opaque)) for c in combo):
+            if any(
+                isinstance(c, _Marker)
+                or (isinstance(c, Opaque) and not (keep_classes and isinstance(c, ClassRef)))
+                for c in combo
+            ):
                 top = True
                 break
             try:

@@ -32,7 +32,7 @@ from liftgate.report.interface import GroupBy, RenderOptions, printable_json
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 SCHEMA_RESOURCE = "report.schema.json"
 
 
@@ -135,6 +135,11 @@ def facts_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
         ],
         "decided_at": list(gate.decided_at),
         "reach": None if gate.reach is None else gate.reach.names(),
+        "choices": [
+            {"implementation": c.implementation, "path": c.path, "line": c.line,
+             "admitted": c.admitted.names(), "unknown": c.unknown.names()}
+            for c in gate.choices
+        ],
         "coverage": None
         if coverage is None
         else {

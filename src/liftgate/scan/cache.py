@@ -26,6 +26,7 @@ from liftgate.model import (
     BinaryCoverage,
     BuildFlag,
     BuildTarget,
+    Choice,
     Confidence,
     ElseKind,
     Evidence,
@@ -43,7 +44,7 @@ from liftgate.model import (
 from liftgate.sources.interface import SourceFile
 from liftgate.sources.workspace import stat_hit
 
-CACHE_FORMAT = "scan-v6"
+CACHE_FORMAT = "scan-v7"
 # path -> (size, mtime_ns, tag, stamp_ns): the tag is the content digest or ``skip:<reason>``,
 # stamp_ns when the file was read (a clock reading taken before it).
 StatEntry = tuple[int, int, str, int]
@@ -278,13 +279,14 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
         tuple((w.name, w.kind.value, w.setting, w.admitted.mask, w.unknown.mask) for w in g.switches),
         g.decided_at,
         None if g.reach is None else g.reach.mask,
+        tuple((c.implementation, c.path, c.line, c.admitted.mask, c.unknown.mask) for c in g.choices),
     )
 
 
 def gate_from_row(row: tuple[object, ...]) -> Gate:
     (gid, kind, loc, condition, admitted, unknown, host, then_span, else_span, else_kind, confidence, evidence,
      depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage, switches,
-     decided_at, reach) = row  # fmt: skip
+     decided_at, reach, choices) = row  # fmt: skip
     package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
     cov = cast(tuple[int, int, int, int] | None, coverage)
     return Gate(
@@ -316,4 +318,8 @@ def gate_from_row(row: tuple[object, ...]) -> Gate:
         ),
         decided_at=decided_at,  # type: ignore[arg-type]
         reach=None if reach is None else ArchSet.from_mask(reach),  # type: ignore[arg-type]
+        choices=tuple(
+            Choice(impl, path_, line, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
+            for impl, path_, line, adm, unk in cast(tuple[tuple[str, str, int, int, int], ...], choices)
+        ),
     )
