@@ -272,3 +272,43 @@ def test_choices_survive_the_scan_cache_and_explain_names_them(
         "NvFp4Config.get_min_capability" in out
     )
     assert "chosen at run time: 3 implementations admit it" in out  # sm_121
+
+
+def test_a_methods_own_cls_is_the_class_or_any_subclass() -> None:
+    """vLLM's `AttentionBackend.validate_configuration`: `cls.supports_head_size(...)` in the
+    classmethod's own walk may reach any subclass's override. The candidates are the class itself
+    (its default) and each subclass overriding a method the function looks up on `cls`; a class
+    outside the family with a method of the same name (`OtherFamily`) is not one."""
+    path = "vllm/choice/family.py"
+    gate = gate_at(path, line_of(path, "if not cls.supports_head_size(head_size):"))
+    assert [c.implementation for c in gate.choices] == ["AttentionBackend", "FlashAttentionBackend"]
+    assert caps_of(gate.choices[0].admitted) == caps_of(gate.admitted | gate.unknown)
+    assert min(caps_of(gate.unknown)) == (7, 0) and max(caps_of(gate.unknown)) == (8, 9)
+    assert (
+        "cls (AttentionBackend or a subclass): the class is chosen at run time; 2 implementations"
+        in evidence(gate)
+    )
+
+
+def test_self_of_an_abstract_method_chooses_among_the_overrides() -> None:
+    """`self.supports_current_device()` where the base only declares it: the overrides are the
+    candidates, the abstract base is not one."""
+    path = "vllm/choice/family.py"
+    gate = gate_at(path, line_of(path, "if not self.supports_current_device():"))
+    assert [c.implementation for c in gate.choices] == ["CutlassExperts", "TritonExperts"]
+    assert caps_of(gate.admitted) == {(10, 0), (10, 3)}
+    assert (12, 1) in caps_of(gate.unknown)
+
+
+def test_a_parameter_annotated_with_a_class_chooses_within_its_family() -> None:
+    """`kernel: type[_KernelT]` with `_KernelT = TypeVar(..., bound=LinearKernel)`, whose
+    subclasses derive from `LinearKernel[int]`: only they are candidates (not `UnrelatedKernel`),
+    and the abstract declaration is not one."""
+    path = "vllm/choice/family.py"
+    gate = gate_at(path, line_of(path, "if not kernel.is_available():"))
+    assert [c.implementation for c in gate.choices] == [
+        "MarlinKernel.is_available",
+        "MacheteKernel.is_available",
+    ]
+    assert caps_of(gate.admitted) == {(10, 0), (10, 3), (11, 0), (12, 0), (12, 1)}
+    assert caps_of(gate.unknown) == {(9, 0)}

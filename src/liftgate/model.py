@@ -198,7 +198,9 @@ class Choice:
     (``quant_config.get_min_capability()``, ``for kernel in _KERNELS: kernel.is_supported()``):
     the method, where it is defined, and what the gate admits when the call reaches it."""
 
-    implementation: str  # qualified name of the method, "Fp8Config.get_min_capability"
+    # qualified name of the method, "Fp8Config.get_min_capability"; or the class, "FlashInferBackend",
+    # when what is chosen is the class of a method's own ``cls``/``self`` (every lookup on it)
+    implementation: str
     path: str
     line: int
     admitted: ArchSet

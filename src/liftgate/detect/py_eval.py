@@ -10,11 +10,22 @@ API or builtin is modelled (`liftgate.detect.py_models`). Statements are
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
 from dataclasses import dataclass
 
-from liftgate.detect.py_binding import decorator_name, local_names, short
-from liftgate.detect.py_choices import MAX_CHOICES, Candidate, RuntimeChoice, is_test_code
+from liftgate.detect.py_binding import Module, decorator_name, local_names, short
+from liftgate.detect.py_choices import (
+    MAX_CHOICES,
+    MAX_FAMILY_CHOICES,
+    MAX_FAMILY_MODULES,
+    Candidate,
+    RuntimeChoice,
+    class_methods,
+    is_abstract,
+    is_test_code,
+    reads_the_device,
+)
 from liftgate.detect.py_domain import (
     all_dicts,
     and_values,
@@ -360,7 +371,7 @@ class Evaluator(Scopes):
         if fixed is not None:
             chosen = const(choice.candidates[fixed].receiver)
             return AV(chosen.sets, base.inferred, base.trail, base.deps)
-        if choice.loose or not self._worth_choosing(choice, name, frame, node):
+        if choice.loose or (choice.key[0] != "self" and not self._worth_choosing(choice, name, frame, node)):
             self._unsettled[id(node)] = choice  # the call's arguments may still make it one (`_eval_Call`)
         else:
             self.choices_met.setdefault(choice.key, choice)
@@ -373,14 +384,34 @@ class Evaluator(Scopes):
         if not elements:
             return None
         label = short(frame.module.segment(node), 80) if isinstance(node, ast.expr) else name
+        receiver = node.value if isinstance(node, ast.Attribute) else None
+        if (
+            isinstance(receiver, ast.Name)
+            and receiver.id == frame.open_self
+            and frame.cls is not None
+            and len(elements) == 1
+            and isinstance(elements[0], (ClassRef, Instance))
+            and (elements[0] if isinstance(elements[0], ClassRef) else elements[0].cls) == frame.cls
+        ):
+            # `cls.supports_head_size(...)` in the method's own walk: cls is the class or any subclass.
+            return self._self_choice(frame, isinstance(elements[0], Instance))
         if all(is_marker(e) for e in elements):
-            receiver = node.value if isinstance(node, ast.Attribute) else None
             if (
                 isinstance(receiver, ast.Call)
                 and isinstance(receiver.func, ast.Name)
                 and receiver.func.id == "super"
             ):
                 return None  # `super().can_implement(c)`: the base class's method, not a choice
+            if isinstance(receiver, ast.Name) and frame.annotations and receiver.id in frame.annotations:
+                annotation = frame.annotations[receiver.id]
+                declared = self._declared.get(id(annotation))
+                if declared is None:
+                    declared = self._declared[id(annotation)] = self._declared_family(
+                        annotation, frame.module
+                    )
+                roots, as_instance = declared
+                if roots:
+                    return self._family_choice(name, roots, as_instance, label)
             implementations = self.method_candidates(name)
             if implementations is None:
                 return None
@@ -405,6 +436,206 @@ class Evaluator(Scopes):
             return None
         ordered = tuple(found[k] for k in sorted(found))
         return RuntimeChoice(("classes", name, *sorted(found)), label, ordered)
+
+    def _self_choice(self, frame: Frame, as_instance: bool) -> RuntimeChoice | None:
+        """The class of a method's own ``self``/``cls`` as a runtime choice: the class the method is
+        defined in (when it resolves one of the looked-up methods to an implementation) and each
+        subclass that overrides a method the function looks up on it, when at least one of those
+        overrides reads the device. One choice for every lookup on ``cls`` in the function: a
+        candidate walk reads all of them through the same class."""
+        root = frame.cls
+        assert root is not None and frame.open_self is not None
+        names = frame.self_lookups or frozenset()
+        key = ("self", root.key, as_instance, *sorted(names))
+        if key in self._family_choices:
+            cached = self._family_choices[key]
+            return None if cached is None else RuntimeChoice(key, self._self_label(frame), cached)
+        self._family_choices[key] = None
+        classes: dict[tuple[str, int], Candidate] = {}
+        relevant = False
+        for name in sorted(names):
+            overrides, reads = self._overrides(root, name)
+            relevant = relevant or reads
+            for where, ref in overrides:
+                receiver = Instance(ref) if as_instance else ref
+                classes.setdefault(where, Candidate(receiver, ref.name, *where))
+        info = self._classes.get(root.key)
+        if info is not None and any(
+            (found := self._definition_node(root, name)) is not None and not is_abstract(found[1])
+            for name in sorted(names)
+        ):
+            where = (info.module.path, info.node.lineno)
+            classes.setdefault(
+                where, Candidate(Instance(root) if as_instance else root, info.qualname, *where)
+            )
+        if not relevant or not 2 <= len(classes) <= MAX_FAMILY_CHOICES:
+            return None
+        ordered = tuple(classes[k] for k in sorted(classes))
+        self._family_choices[key] = ordered
+        return RuntimeChoice(key, self._self_label(frame), ordered)
+
+    def _overrides(
+        self, root: ClassRef, name: str
+    ) -> tuple[tuple[tuple[tuple[str, int], ClassRef], ...], bool]:
+        """The strict subclasses of ``root`` that implement ``name`` (where each class is defined,
+        and the class), and whether one of those implementations reads the device; memoised, as
+        every method of a class asks for the names it looks up on ``self``."""
+        memo = (root.key, name)
+        known = self._override_memo.get(memo)
+        if known is not None:
+            return known
+        found: list[tuple[tuple[str, int], ClassRef]] = []
+        reads = False
+        for module in self.method_modules(name, MAX_FAMILY_MODULES, root.name.rsplit(".", 1)[-1]) or ():
+            if is_test_code(module.path):
+                continue
+            for cls_node, fn in class_methods(module, name):
+                ref = self.class_ref(module, cls_node, cls_node.name)
+                if ref.key == root.key or not self._is_subclass(ref, root):
+                    continue
+                found.append(((module.path, cls_node.lineno), ref))
+                reads = reads or reads_the_device(module.segment(fn), fn)
+        result = (tuple(found), reads)
+        self._override_memo[memo] = result
+        return result
+
+    def _self_label(self, frame: Frame) -> str:
+        info = self._classes.get(frame.cls.key) if frame.cls is not None else None
+        return f"{frame.open_self} ({info.qualname if info else '?'} or a subclass)"
+
+    def _family_choice(
+        self, name: str, roots: tuple[ClassRef, ...], as_instance: bool, label: str
+    ) -> RuntimeChoice | None:
+        """A runtime choice among the implementations of ``name`` in the subclasses of ``roots``
+        (each root included, with the implementation it inherits), when there are 2 to
+        `MAX_CHOICES` and at least one reads the device; None otherwise."""
+        key = ("family", name, as_instance, *sorted(r.key for r in roots))
+        if key in self._family_choices:
+            cached = self._family_choices[key]
+            return None if cached is None else RuntimeChoice(key, label, cached)
+        self._family_choices[key] = None  # a lookup met again while this one is read
+        found: dict[tuple[str, int], Candidate] = {}
+        relevant = False
+        modules = {
+            module.path: module
+            for root in roots
+            for module in self.method_modules(name, MAX_FAMILY_MODULES, root.name.rsplit(".", 1)[-1]) or ()
+        }
+        for _, module in sorted(modules.items()):
+            if is_test_code(module.path):
+                continue
+            for cls_node, fn in class_methods(module, name):
+                ref = self.class_ref(module, cls_node, cls_node.name)
+                if not any(self._is_subclass(ref, root) for root in roots):
+                    continue
+                receiver = Instance(ref) if as_instance else ref
+                found[(module.path, fn.lineno)] = Candidate(
+                    receiver, f"{cls_node.name}.{name}", module.path, fn.lineno
+                )
+                relevant = relevant or reads_the_device(module.segment(fn), fn)
+        for root in roots:  # a root that inherits the method: what subclasses that keep it run
+            inherited = self._definition_node(root, name)
+            if inherited is None:
+                continue
+            info, fn = inherited
+            where = (info.module.path, fn.lineno)
+            if where in found or is_abstract(fn) or is_test_code(info.module.path):
+                continue
+            receiver = Instance(root) if as_instance else root
+            found[where] = Candidate(receiver, f"{info.node.name}.{name}", *where)
+            relevant = relevant or reads_the_device(info.module.segment(fn), fn)
+        if not relevant or not 2 <= len(found) <= MAX_FAMILY_CHOICES:
+            return None
+        ordered = tuple(found[k] for k in sorted(found))
+        self._family_choices[key] = ordered
+        return RuntimeChoice(key, label, ordered)
+
+    def _is_subclass(self, cls: ClassRef, root: ClassRef, depth: int = 0) -> bool:
+        """Whether ``cls`` is ``root`` or derives from it, through base classes the interpreter resolves."""
+        if cls.key == root.key:
+            return True
+        memo = (cls.key, root.key)
+        known = self._subclass.get(memo)
+        if known is not None:
+            return known
+        info = self._classes.get(cls.key)
+        found = False
+        if info is not None and depth <= 8:
+            self._subclass[memo] = False  # a cycle of bases
+            for base in info.node.bases:
+                base = base.value if isinstance(base, ast.Subscript) else base  # `Kernel[Config, Params]`
+                for element in elements_of(self.eval(base, Frame(info.module, {}, {}))):
+                    if isinstance(element, ClassRef) and self._is_subclass(element, root, depth + 1):
+                        found = True
+                        break
+                if found:
+                    break
+        self._subclass[memo] = found
+        return found
+
+    def _definition_node(
+        self, cls: ClassRef, name: str, depth: int = 0
+    ) -> tuple[ClassInfo, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+        """The method ``name`` resolves to for ``cls`` (its own body first, then its bases)."""
+        info = self._classes.get(cls.key)
+        if info is None or depth > 8:
+            return None
+        for stmt in info.node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                return info, stmt
+        for base in info.node.bases:
+            base = base.value if isinstance(base, ast.Subscript) else base
+            for element in elements_of(self.eval(base, Frame(info.module, {}, {}))):
+                if isinstance(element, ClassRef):
+                    found = self._definition_node(element, name, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def _declared_family(self, annotation: ast.expr, module: Module) -> tuple[tuple[ClassRef, ...], bool]:
+        """The classes a parameter annotation names (``type[A]``, ``A | None``, ``Optional[A]``, a
+        string, a module-level ``TypeVar`` with ``bound=``) and whether the value is an instance
+        (``A``) rather than the class (``type[A]``)."""
+        roots: list[ClassRef] = []
+        as_instance = True
+
+        def visit(expr: ast.expr, depth: int) -> None:
+            nonlocal as_instance
+            if depth > 4:
+                return
+            if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+                with contextlib.suppress(SyntaxError):
+                    visit(ast.parse(expr.value, mode="eval").body, depth + 1)
+                return
+            if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
+                visit(expr.left, depth)
+                visit(expr.right, depth)
+                return
+            if isinstance(expr, ast.Subscript):
+                head = (
+                    expr.value.attr
+                    if isinstance(expr.value, ast.Attribute)
+                    else getattr(expr.value, "id", "")
+                )
+                inner = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+                if head in ("type", "Type"):
+                    as_instance = False
+                if head in ("type", "Type", "Optional", "Union"):
+                    for item in inner:
+                        visit(item, depth + 1)
+                return
+            if isinstance(expr, ast.Name):
+                bound = _typevar_bound(module, expr.id)
+                if bound is not None:
+                    visit(bound, depth + 1)
+                    return
+            if isinstance(expr, (ast.Name, ast.Attribute)):
+                for element in elements_of(self.eval(expr, Frame(module, {}, {}))):
+                    if isinstance(element, ClassRef) and element not in roots:
+                        roots.append(element)
+
+        visit(annotation, 0)
+        return tuple(roots), as_instance
 
     def _worth_choosing(self, choice: RuntimeChoice, name: str, frame: Frame, node: ast.AST) -> bool:
         """Whether walking once per candidate can change a reading: some candidate's ``name``,
@@ -1056,3 +1287,18 @@ def _negated(text: str) -> str:
     if text.startswith("not ") and " and " not in text and " or " not in text:
         return text[4:]
     return f"not ({text})"
+
+
+def _typevar_bound(module: Module, name: str) -> ast.expr | None:
+    """The ``bound=`` of a module-level ``name = TypeVar("name", bound=...)``."""
+    for stmt in module.tree.body:
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id == name
+            and isinstance(stmt.value, ast.Call)
+            and decorator_name(stmt.value.func) in ("TypeVar", "typing.TypeVar")
+        ):
+            return next((k.value for k in stmt.value.keywords if k.arg == "bound"), None)
+    return None

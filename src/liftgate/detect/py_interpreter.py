@@ -277,7 +277,25 @@ class Interpreter(Executor):
         if bound:
             env.update((name, value) for name, value in bound.items() if name in env)
         closure = {**frame.closure, **frame.env}
-        return Frame(frame.module, env, closure, cls=cls, sink=frame.sink)
+        walked = Frame(frame.module, env, closure, cls=cls, sink=frame.sink)
+        if (
+            cls is not None
+            and params
+            and "staticmethod" not in {decorator_name(d) for d in stmt.decorator_list}
+        ) and (not bound or params[0].arg not in bound):  # a caller's own instance is its class, exactly
+            walked.open_self = own = params[0].arg
+            walked.self_lookups = frozenset(
+                n.attr
+                for n in ast.walk(stmt)
+                if isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Load)
+                and isinstance(n.value, ast.Name)
+                and n.value.id == own
+            )
+        annotated = {p.arg: p.annotation for p in (*params, *spec.kwonlyargs) if p.annotation is not None}
+        if annotated:
+            walked.annotations = annotated
+        return walked
 
     def _param_value(
         self,

@@ -17,6 +17,7 @@ from typing import Any
 from liftgate.detect.py_binding import Module, short
 from liftgate.detect.py_choices import (
     MAX_CHOICES,
+    MAX_MODULES,
     Candidate,
     RuntimeChoice,
     class_methods,
@@ -79,6 +80,13 @@ class Frame:
     # the value on the lanes that reach that assignment.
     captures: dict[str, list[tuple[AV, int, str]]] | None = None
     self_name: str | None = None
+    # A method's own ``self``/``cls`` in a walk of its definition: the class it is defined in or
+    # any subclass, so a method looked up on it is one of the overrides (`py_choices`).
+    open_self: str | None = None
+    self_lookups: frozenset[str] | None = None  # the attributes the function reads on ``open_self``
+    # The walked function's parameter annotations (`kernel: type[ScaledMMLinearKernel]`): the
+    # class family a receiver the interpreter cannot see belongs to.
+    annotations: dict[str, ast.expr] | None = None
 
 
 class Scopes:
@@ -124,8 +132,14 @@ class Scopes:
         self.choice_frame: Frame | None = None
         self.choices_met: dict[tuple[object, ...], RuntimeChoice] = {}
         self.fixed_choices: dict[tuple[object, ...], int] = {}
-        self.method_modules: Callable[[str], list[Module] | None] = lambda name: []
+        self.method_modules: Callable[..., list[Module] | None] = lambda name, limit, family=None: []
         self._method_choices: dict[str, tuple[tuple[Candidate, ...], bool] | None] = {}
+        self._family_choices: dict[tuple[object, ...], tuple[Candidate, ...] | None] = {}
+        self._subclass: dict[tuple[int, int], bool] = {}
+        self._declared: dict[int, tuple[tuple[ClassRef, ...], bool]] = {}  # by id of an annotation node
+        self._override_memo: dict[
+            tuple[int, str], tuple[tuple[tuple[tuple[str, int], ClassRef], ...], bool]
+        ] = {}
         self._choice_worth: dict[tuple[object, ...], bool] = {}
         self._unsettled: dict[int, RuntimeChoice] = {}  # lookups whose call decides (`Evaluator._settle`)
 
@@ -316,7 +330,7 @@ class Scopes:
             return self._method_choices[name]
         found: list[Candidate] = []
         relevant = 0
-        modules = self.method_modules(name)
+        modules = self.method_modules(name, MAX_MODULES)
         for module in modules or ():
             if is_test_code(module.path):
                 continue

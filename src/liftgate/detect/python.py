@@ -69,6 +69,12 @@ _GENERATED = re.compile(
 _GENERATED_HEAD = 4096  # a generated module says so at its top
 _METHOD_DEF = re.compile(rb"\n[ \t]+(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)")  # an indented def
 _LONG_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,}")
+# `class Name(Base[Config], ABC):`, bases over several lines too: which names a class derives from
+_CLASS_DEF = re.compile(
+    rb"(?ms)^[ \t]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\[[^\]]{0,400}\])?\((.{0,4000}?)\)[ \t]*:"
+)
+_NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_ALIAS = re.compile(rb"\b([A-Za-z_][A-Za-z0-9_]*)[ \t]+as[ \t]+([A-Za-z_][A-Za-z0-9_]*)")  # `import X as Y`
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +103,9 @@ class PythonAnalyzer:
         # the rounds would; `_load` takes them over when a round does.
         self._side: dict[str, Module | None] = {}
         self._method_index: dict[bytes, list[str]] | None = None
+        self._method_memo: dict[tuple[str, int, str | None], list[Module] | None] = {}
+        self._class_index: dict[bytes, list[tuple[str, bytes]]] | None = None
+        self._family_memo: dict[str, frozenset[str]] = {}
         self._mentions: dict[str, bool] = {}
         self.interpreter = Interpreter(self._load, self._sources)
         self.interpreter.method_modules = self._method_modules
@@ -145,11 +154,47 @@ class PythonAnalyzer:
             found = self._mentions[name] = runtime_prefilter(self._bytes(name) or b"")
         return found
 
-    def _method_modules(self, name: str) -> list[Module] | None:
+    def _family(self, root: str) -> frozenset[str]:
+        """The modules whose text may define a subclass of a class named ``root``: a class whose
+        bases name it (or a name it is imported as), or name such a class, and so on (by simple
+        name, from one pass over every module's text; the interpreter checks each candidate's real
+        bases)."""
+        found = self._family_memo.get(root)
+        if found is not None:
+            return found
+        if self._class_index is None:
+            index: dict[bytes, list[tuple[str, bytes]]] = {}
+            for module_name in sorted(self._sources):
+                data = self._bytes(module_name) or b""
+                for cls, bases in _CLASS_DEF.findall(data):
+                    for base in dict.fromkeys(_NAME.findall(bases)):
+                        index.setdefault(base, []).append((module_name, cls))
+                for name, alias in _ALIAS.findall(data):  # a base imported under another name
+                    if name != alias:
+                        index.setdefault(name, []).append(("", alias))
+            self._class_index = index
+        modules: set[str] = set()
+        seen = {root.encode()}
+        frontier = [root.encode()]
+        while frontier:
+            for module_name, cls in self._class_index.get(frontier.pop(), ()):
+                if module_name:
+                    modules.add(module_name)
+                if cls not in seen:
+                    seen.add(cls)
+                    frontier.append(cls)
+        result = frozenset(modules)
+        self._family_memo[root] = result
+        return result
+
+    def _method_modules(
+        self, name: str, limit: int = MAX_MODULES, family: str | None = None
+    ) -> list[Module] | None:
         """The parsed modules whose text defines a method ``name`` (``def name(`` indented), in
-        module-name order; None when more than `MAX_MODULES` do (a name too common to be a
-        runtime choice). The index is one pass over every module's text, made on first use; a
-        module parsed only for this reports no skip."""
+        module-name order; None when more than ``limit`` do (a name too common to be a
+        runtime choice). With ``family`` (a class name), only modules that may define a subclass
+        of it count (`_family`). The index is one pass over every module's text, made on first use;
+        a module parsed only for this reports no skip."""
         if self._method_index is None:
             index: dict[bytes, list[str]] = {}
             for module_name in sorted(self._sources):
@@ -157,8 +202,21 @@ class PythonAnalyzer:
                 for method in dict.fromkeys(_METHOD_DEF.findall(data or b"")):
                     index.setdefault(method, []).append(module_name)
             self._method_index = index
+        memo = (name, limit, family)
+        if memo in self._method_memo:
+            return self._method_memo[memo]
         names = self._method_index.get(name.encode(), [])
-        if len(names) > MAX_MODULES:
+        if family is not None and names:
+            within = self._family(family)
+            names = [n for n in names if n in within]
+        found = self._method_modules_of(names, name, limit)
+        self._method_memo[memo] = found
+        return found
+
+    def _method_modules_of(self, names: list[str], name: str, limit: int) -> list[Module] | None:
+        if not names:
+            return []
+        if len(names) > limit:
             return None
         if not runtime_prefilter(name.encode()) and not any(self._mentions_device(n) for n in names):
             return []  # no implementation can read the device: nothing worth parsing
