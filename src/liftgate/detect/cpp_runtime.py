@@ -138,20 +138,30 @@ def _instantiate(
     sink.sink = walked.sink
     start = len(walked.sink.gates)
     env = {name: (bound[k] if k < len(bound) else UNKNOWN) for k, name in enumerate(fdef.params) if name}
+    if _run_bound(interp, sink, fdef, env, regions) is None:
+        del walked.sink.gates[start:]
+        return []
+    emitted = walked.sink.gates[start:]
+    del walked.sink.gates[start:]
+    return [g for g in emitted if site in g.evidence]
+
+
+def _run_bound(
+    interp: Interpreter, sink: GateEmitter, fdef: FuncDef, env: dict[str, CV], regions: list[Region]
+) -> Frame | None:
+    """Execute ``fdef``'s body with its parameters bound as ``env``, gates going to ``sink``: the
+    frame it ends in, or None when it cannot be followed (budget, depth, recursion)."""
     frame = Frame(fdef, fdef.body, env, regions)
     sink.frame = frame
     interp.sink = sink
     try:
         interp.exec_block(interp.body(fdef).body, interp.all_lanes, frame, 0)
     except (StepBudget, TooDeep, RecursionError):
-        del walked.sink.gates[start:]
-        return []
+        return None
     finally:
         interp.sink = None
         sink.frame = None
-    emitted = walked.sink.gates[start:]
-    del walked.sink.gates[start:]
-    return [g for g in emitted if site in g.evidence]
+    return frame
 
 
 def walk_parametric(
@@ -180,17 +190,12 @@ def walk_parametric(
     interp = Interpreter(index, path, regions)
     sink = GateEmitter(package, version, path, regions)
     env = {name: (value if k == position else UNKNOWN) for k, name in enumerate(fdef.params) if name}
-    frame = Frame(fdef, fdef.body, env, regions)
-    sink.frame = frame
-    interp.sink = sink
     try:
-        interp.exec_block(interp.body(fdef).body, interp.all_lanes, frame, 0)
-    except (StepBudget, TooDeep, RecursionError):
-        return None
+        frame = _run_bound(interp, sink, fdef, env, regions)
     finally:
-        interp.sink = None
-        sink.frame = None
         forget_tables()
+    if frame is None:
+        return None
     result = interp.return_value(frame)
     true: list[tuple[int, int]] = []
     unknown: list[tuple[int, int]] = []

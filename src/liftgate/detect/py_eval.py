@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from liftgate.detect.py_binding import Module, decorator_name, local_names, short
 from liftgate.detect.py_choices import (
@@ -87,6 +89,8 @@ MAX_EVAL_NESTING = 1_000
 _INITIALIZER = re.compile(r"__init__|__post_init__|_?init|_?setup|_?initialize|_?build|_?configure|_?load")
 # Expression evaluations allowed for one function's walk, callees included (they are memoized).
 _STEP_BUDGET = 50_000
+
+T = TypeVar("T")
 
 
 class _Terminated(Exception):
@@ -574,22 +578,38 @@ class Evaluator(Scopes):
         return found
 
     def _definition_node(
-        self, cls: ClassRef, name: str, depth: int = 0
+        self, cls: ClassRef, name: str
     ) -> tuple[ClassInfo, ast.FunctionDef | ast.AsyncFunctionDef] | None:
         """The method ``name`` resolves to for ``cls`` (its own body first, then its bases)."""
+
+        def method(
+            info: ClassInfo, stmt: ast.stmt
+        ) -> tuple[ClassInfo, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                return info, stmt
+            return None
+
+        return self._in_class_or_bases(cls, method)
+
+    def _in_class_or_bases(
+        self, cls: ClassRef, pick: Callable[[ClassInfo, ast.stmt], T | None], depth: int = 0
+    ) -> T | None:
+        """The first statement of ``cls``'s body, then of its bases' (depth first, a generic base
+        ``Kernel[Config]`` read as ``Kernel``), that ``pick`` accepts: what it makes of it."""
         info = self._classes.get(cls.key)
         if info is None or depth > 8:
             return None
         for stmt in info.node.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                return info, stmt
+            found = pick(info, stmt)
+            if found is not None:
+                return found
         for base in info.node.bases:
             base = base.value if isinstance(base, ast.Subscript) else base
             for element in elements_of(self.eval(base, Frame(info.module, {}, {}))):
                 if isinstance(element, ClassRef):
-                    found = self._definition_node(element, name, depth + 1)
-                    if found is not None:
-                        return found
+                    inherited = self._in_class_or_bases(element, pick, depth + 1)
+                    if inherited is not None:
+                        return inherited
         return None
 
     def _declared_family(self, annotation: ast.expr, module: Module) -> tuple[tuple[ClassRef, ...], bool]:
@@ -665,12 +685,10 @@ class Evaluator(Scopes):
         self._choice_worth[choice.key] = worth
         return worth
 
-    def _definition(self, cls: ClassRef, name: str, depth: int = 0) -> tuple[str, int] | None:
+    def _definition(self, cls: ClassRef, name: str) -> tuple[str, int] | None:
         """Where ``name`` is defined for ``cls``: in its own body or a base class's (path, line)."""
-        info = self._classes.get(cls.key)
-        if info is None or depth > 8:
-            return None
-        for stmt in info.node.body:
+
+        def defines(info: ClassInfo, stmt: ast.stmt) -> tuple[str, int] | None:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
                 return info.module.path, stmt.lineno
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
@@ -678,13 +696,9 @@ class Evaluator(Scopes):
                 isinstance(t, ast.Name) and t.id == name for t in targets
             ):
                 return info.module.path, stmt.lineno
-        for base in info.node.bases:
-            for element in elements_of(self.eval(base, Frame(info.module, {}, {}))):
-                if isinstance(element, ClassRef):
-                    found = self._definition(element, name, depth + 1)
-                    if found is not None:
-                        return found
-        return None
+            return None
+
+        return self._in_class_or_bases(cls, defines)
 
     def _unknown_attribute(self, name: str, frame: Frame, node: ast.AST) -> AV:
         if name in MODEL_WINS:
