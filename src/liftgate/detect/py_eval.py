@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -91,6 +91,18 @@ _INITIALIZER = re.compile(r"__init__|__post_init__|_?init|_?setup|_?initialize|_
 _STEP_BUDGET = 50_000
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    """An implementation of a method in a class family: the class, where the class and the method
+    are defined, and whether the method reads the device (`reads_the_device`)."""
+
+    cls: ClassRef
+    path: str
+    class_line: int
+    line: int
+    reads: bool
 
 
 class _Terminated(Exception):
@@ -407,13 +419,7 @@ class Evaluator(Scopes):
             ):
                 return None  # `super().can_implement(c)`: the base class's method, not a choice
             if isinstance(receiver, ast.Name) and frame.annotations and receiver.id in frame.annotations:
-                annotation = frame.annotations[receiver.id]
-                declared = self._declared.get(id(annotation))
-                if declared is None:
-                    declared = self._declared[id(annotation)] = self._declared_family(
-                        annotation, frame.module
-                    )
-                roots, as_instance = declared
+                roots, as_instance = self._declared_family(frame.annotations[receiver.id], frame.module)
                 if roots:
                     return self._family_choice(name, roots, as_instance, label)
             implementations = self.method_candidates(name)
@@ -458,11 +464,13 @@ class Evaluator(Scopes):
         classes: dict[tuple[str, int], Candidate] = {}
         relevant = False
         for name in sorted(names):
-            overrides, reads = self._overrides(root, name)
-            relevant = relevant or reads
-            for where, ref in overrides:
-                receiver = Instance(ref) if as_instance else ref
-                classes.setdefault(where, Candidate(receiver, ref.name, *where))
+            for member in self._family_members(root, name):
+                if member.cls.key == root.key:
+                    continue
+                relevant = relevant or member.reads
+                receiver = Instance(member.cls) if as_instance else member.cls
+                where = (member.path, member.class_line)
+                classes.setdefault(where, Candidate(receiver, member.cls.name, *where))
         info = self._classes.get(root.key)
         if info is not None and any(
             (found := self._definition_node(root, name)) is not None and not is_abstract(found[1])
@@ -478,29 +486,25 @@ class Evaluator(Scopes):
         self._family_choices[key] = ordered
         return RuntimeChoice(key, self._self_label(frame), ordered)
 
-    def _overrides(
-        self, root: ClassRef, name: str
-    ) -> tuple[tuple[tuple[tuple[str, int], ClassRef], ...], bool]:
-        """The strict subclasses of ``root`` that implement ``name`` (where each class is defined,
-        and the class), and whether one of those implementations reads the device; memoised, as
-        every method of a class asks for the names it looks up on ``self``."""
+    def _family_members(self, root: ClassRef, name: str) -> tuple[_Member, ...]:
+        """The implementations of ``name`` in ``root`` and the classes derived from it, test code
+        left out, in module order; memoised, as every method of a class asks for the names it
+        looks up on ``self``, and annotations name the same families again and again."""
         memo = (root.key, name)
-        known = self._override_memo.get(memo)
+        known = self._member_memo.get(memo)
         if known is not None:
             return known
-        found: list[tuple[tuple[str, int], ClassRef]] = []
-        reads = False
+        found: list[_Member] = []
         for module in self.method_modules(name, MAX_FAMILY_MODULES, root.name.rsplit(".", 1)[-1]) or ():
             if is_test_code(module.path):
                 continue
             for cls_node, fn in class_methods(module, name):
                 ref = self.class_ref(module, cls_node, cls_node.name)
-                if ref.key == root.key or not self._is_subclass(ref, root):
-                    continue
-                found.append(((module.path, cls_node.lineno), ref))
-                reads = reads or reads_the_device(module.segment(fn), fn)
-        result = (tuple(found), reads)
-        self._override_memo[memo] = result
+                if self._is_subclass(ref, root):
+                    reads = reads_the_device(module.segment(fn), fn)
+                    found.append(_Member(ref, module.path, cls_node.lineno, fn.lineno, reads))
+        result = tuple(found)
+        self._member_memo[memo] = result
         return result
 
     def _self_label(self, frame: Frame) -> str:
@@ -520,23 +524,12 @@ class Evaluator(Scopes):
         self._family_choices[key] = None  # a lookup met again while this one is read
         found: dict[tuple[str, int], Candidate] = {}
         relevant = False
-        modules = {
-            module.path: module
-            for root in roots
-            for module in self.method_modules(name, MAX_FAMILY_MODULES, root.name.rsplit(".", 1)[-1]) or ()
-        }
-        for _, module in sorted(modules.items()):
-            if is_test_code(module.path):
-                continue
-            for cls_node, fn in class_methods(module, name):
-                ref = self.class_ref(module, cls_node, cls_node.name)
-                if not any(self._is_subclass(ref, root) for root in roots):
-                    continue
-                receiver = Instance(ref) if as_instance else ref
-                found[(module.path, fn.lineno)] = Candidate(
-                    receiver, f"{cls_node.name}.{name}", module.path, fn.lineno
-                )
-                relevant = relevant or reads_the_device(module.segment(fn), fn)
+        for root in roots:
+            for member in self._family_members(root, name):
+                receiver = Instance(member.cls) if as_instance else member.cls
+                where = (member.path, member.line)
+                found[where] = Candidate(receiver, f"{member.cls.name}.{name}", *where)
+                relevant = relevant or member.reads
         for root in roots:  # a root that inherits the method: what subclasses that keep it run
             inherited = self._definition_node(root, name)
             if inherited is None:
@@ -566,14 +559,7 @@ class Evaluator(Scopes):
         found = False
         if info is not None and depth <= 8:
             self._subclass[memo] = False  # a cycle of bases
-            for base in info.node.bases:
-                base = base.value if isinstance(base, ast.Subscript) else base  # `Kernel[Config, Params]`
-                for element in elements_of(self.eval(base, Frame(info.module, {}, {}))):
-                    if isinstance(element, ClassRef) and self._is_subclass(element, root, depth + 1):
-                        found = True
-                        break
-                if found:
-                    break
+            found = any(self._is_subclass(base, root, depth + 1) for base in self._base_classes(info))
         self._subclass[memo] = found
         return found
 
@@ -603,19 +589,28 @@ class Evaluator(Scopes):
             found = pick(info, stmt)
             if found is not None:
                 return found
+        for base in self._base_classes(info):
+            inherited = self._in_class_or_bases(base, pick, depth + 1)
+            if inherited is not None:
+                return inherited
+        return None
+
+    def _base_classes(self, info: ClassInfo) -> Iterator[ClassRef]:
+        """The classes ``info``'s bases resolve to, in order (a generic base ``Kernel[Config]`` is
+        ``Kernel``)."""
         for base in info.node.bases:
-            base = base.value if isinstance(base, ast.Subscript) else base
+            base = base.value if isinstance(base, ast.Subscript) else base  # `Kernel[Config, Params]`
             for element in elements_of(self.eval(base, Frame(info.module, {}, {}))):
                 if isinstance(element, ClassRef):
-                    inherited = self._in_class_or_bases(element, pick, depth + 1)
-                    if inherited is not None:
-                        return inherited
-        return None
+                    yield element
 
     def _declared_family(self, annotation: ast.expr, module: Module) -> tuple[tuple[ClassRef, ...], bool]:
         """The classes a parameter annotation names (``type[A]``, ``A | None``, ``Optional[A]``, a
         string, a module-level ``TypeVar`` with ``bound=``) and whether the value is an instance
-        (``A``) rather than the class (``type[A]``)."""
+        (``A``) rather than the class (``type[A]``). Memoised by annotation node."""
+        known = self._declared.get(id(annotation))
+        if known is not None:
+            return known
         roots: list[ClassRef] = []
         as_instance = True
 
@@ -655,7 +650,9 @@ class Evaluator(Scopes):
                         roots.append(element)
 
         visit(annotation, 0)
-        return tuple(roots), as_instance
+        result = (tuple(roots), as_instance)
+        self._declared[id(annotation)] = result
+        return result
 
     def _worth_choosing(self, choice: RuntimeChoice, name: str, frame: Frame, node: ast.AST) -> bool:
         """Whether walking once per candidate can change a reading: some candidate's ``name``,

@@ -49,6 +49,7 @@ class Interpreter(Executor):
         ] = {}
         self._function_order: dict[int, int] = {}
         self._parametric_done: dict[int, tuple[tuple[str, int], ...]] = {}
+        self._self_lookups: dict[int, frozenset[str]] = {}  # by function node: the names read on its self
 
     def function_gate_walk(self, module: Module, sink: GateEmitter) -> None:
         """Walk the module's top level and classes, and each function that can hold a gate, reporting gates.
@@ -284,14 +285,17 @@ class Interpreter(Executor):
             and "staticmethod" not in {decorator_name(d) for d in stmt.decorator_list}
         ) and (not bound or params[0].arg not in bound):  # a caller's own instance is its class, exactly
             walked.open_self = own = params[0].arg
-            walked.self_lookups = frozenset(
-                n.attr
-                for n in ast.walk(stmt)
-                if isinstance(n, ast.Attribute)
-                and isinstance(n.ctx, ast.Load)
-                and isinstance(n.value, ast.Name)
-                and n.value.id == own
-            )
+            lookups = self._self_lookups.get(id(stmt))
+            if lookups is None:  # a function is walked many times (candidates, callers' values)
+                lookups = self._self_lookups[id(stmt)] = frozenset(
+                    n.attr
+                    for n in ast.walk(stmt)
+                    if isinstance(n, ast.Attribute)
+                    and isinstance(n.ctx, ast.Load)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id == own
+                )
+            walked.self_lookups = lookups
         annotated = {p.arg: p.annotation for p in (*params, *spec.kwonlyargs) if p.annotation is not None}
         if annotated:
             walked.annotations = annotated

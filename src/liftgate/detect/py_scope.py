@@ -137,9 +137,7 @@ class Scopes:
         self._family_choices: dict[tuple[object, ...], tuple[Candidate, ...] | None] = {}
         self._subclass: dict[tuple[int, int], bool] = {}
         self._declared: dict[int, tuple[tuple[ClassRef, ...], bool]] = {}  # by id of an annotation node
-        self._override_memo: dict[
-            tuple[int, str], tuple[tuple[tuple[tuple[str, int], ClassRef], ...], bool]
-        ] = {}
+        self._member_memo: dict[tuple[int, str], tuple[Any, ...]] = {}  # `Evaluator._family_members`
         self._choice_worth: dict[tuple[object, ...], bool] = {}
         self._unsettled: dict[int, RuntimeChoice] = {}  # lookups whose call decides (`Evaluator._settle`)
 
