@@ -55,6 +55,19 @@ class Status(str, enum.Enum):
     UNKNOWN = "unknown"
 
 
+class Outcome(str, enum.Enum):
+    """What one target gets from a gate, read in the direction of the path the gate guards
+    (`liftgate.evaluate.Outcomes`): the raw condition's admitted set says where it holds, the
+    outcome what that means for the target."""
+
+    GETS = "gets"  # the target gets the gated path
+    ALTERNATIVE = "alternative"  # another arch-specific branch of the same dispatch, its own or newer
+    FALLBACK = "fallback"  # a portable or older path the targets the gate admits are spared
+    SHUT_OUT = "shut-out"  # nothing in its place: compiled out, an error, a trap
+    OFF = "off"  # a switch off by default (an environment variable, a -D) would give it the path
+    UNKNOWN = "unknown"  # whether it gets the path depends on something liftgate cannot see
+
+
 class Truth(str, enum.Enum):
     """Three-valued truth of a condition in one compilation pass or on one device."""
 
@@ -271,6 +284,9 @@ class Gate:
     # each implementation in the scan with what the gate admits through it. A target some admit
     # and others do not is unknown in the gate's own sets.
     choices: tuple[Choice, ...] = ()
+    # The line of the first test of the if/elif (#if/#elif) chain this gate is a branch of, when
+    # another branch of that chain is a gate too: a target one branch leaves out may take another.
+    dispatch: int | None = None
 
     @property
     def excluded(self) -> ArchSet:
@@ -295,6 +311,21 @@ def gate_id(
     """A stable id from what the gate is, not where it sits: survives code moving up or down a file."""
     key = "\x1f".join([kind.value, package.lower(), path, normalized_condition, *scope, str(occurrence)])
     return f"{GATE_ID_PREFIX[kind]}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A gate's outcome for one target (`liftgate.evaluate.Outcomes`): ``loss`` when the target
+    takes a fallback, is shut out or needs a switch while some other target gets the path;
+    ``via`` the id of the branch of the same dispatch the target takes instead; ``text`` the
+    reason in words."""
+
+    gate_id: str
+    target: Arch
+    outcome: Outcome
+    loss: bool
+    text: str
+    via: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

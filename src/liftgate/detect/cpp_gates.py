@@ -175,6 +175,9 @@ class GateEmitter:
             extra.append(
                 Evidence(f'fails with: "{failure_message(then, toks)}"', self.path, then.line, outcome=True)
             )
+        elif then is not None and _denies(then, toks):
+            invert = True  # if (sm == 120) return false; …: the code beyond is the path, turned off where the test holds
+            else_kind = ElseKind.FALLBACK
         elif terminates(then):
             else_kind, found = _after_dispatch(rest, toks)
             if found is not None:
@@ -332,6 +335,17 @@ class GateEmitter:
             else_span=None,
             region=region,
         )
+
+
+def _denies(stmt: Stmt, toks: tuple[Tok, ...]) -> bool:
+    """The branch only turns the path off: ``return false;``, ``return nullptr;`` or ``return;`` alone
+    (the deny-list shape ``if (sm == 120) return false;``; not ``{ fast(); return; }``)."""
+    while stmt.kind == "block" and len(stmt.body) == 1:
+        stmt = stmt.body[0]
+    if stmt.kind != "return":
+        return False
+    value = [t.text for t in toks[stmt.start + 1 : stmt.end] if t.text != ";"]
+    return value in ([], ["false"], ["nullptr"], ["NULL"])
 
 
 def _after_dispatch(rest: list[Stmt], toks: tuple[Tok, ...]) -> tuple[ElseKind, Stmt | None]:

@@ -980,6 +980,7 @@ class Walker:
             elif kind is ElseKind.FALLBACK:
                 kind_after = ElseKind.FALLBACK
             after[j - 1] = kind_after
+        dispatch = branches[0].line if len(drafted) > 1 else None
         for k in drafted:
             branch = branches[k]
             draft = branch.draft
@@ -1005,6 +1006,7 @@ class Walker:
                     enclosing=draft.enclosing,
                     macros=draft.macros,
                     switches=draft.switches,
+                    dispatch=dispatch,
                     keep=False,
                 )
             )
@@ -1026,7 +1028,7 @@ class Walker:
             asserts_only = not rest.strip()
             code = rest
         if code.strip():
-            return ElseKind.FALLBACK
+            return ElseKind.ERROR if _traps_only(code) else ElseKind.FALLBACK
         if asserts_only or branch.nested_error:
             return ElseKind.ERROR
         return ElseKind.NONE
@@ -1104,6 +1106,27 @@ class Walker:
         context = self._context()
         for macro, stored in export.table.items():
             self._set(macro, _recontext(stored, context), active)
+
+
+# Statements that stop a kernel where they run: an invalid-path trap (CuTe, CUTLASS), __trap(), a
+# trap or breakpoint in inline PTX, assert(0 …)/assert(false …), __builtin_trap/unreachable.
+_TRAP_ASM = re.compile(
+    r'\basm\s*(?:volatile\s*|__volatile__\s*)?\(\s*"\s*(?:trap|brkpt)\s*;?\s*(?:\\n)?\s*"\s*\)'
+)
+_TRAP = re.compile(
+    r"(?:CUTE_INVALID_CONTROL_PATH\s*\(.*\)|CUTLASS_NOT_IMPLEMENTED\s*\(\s*\)|__trap\s*\(\s*\)"
+    r"|__brkpt\s*\(\s*\)|__builtin_trap\s*\(\s*\)|__builtin_unreachable\s*\(\s*\)"
+    r"|assert\s*\(\s*(?:0|false)\b.*\))"
+)
+
+
+def _traps_only(code: str) -> bool:
+    """Whether a region's code is nothing but traps: it runs for no target (``#else
+    CUTE_INVALID_CONTROL_PATH("…")``), so a target that reaches it is shut out, not given a fallback."""
+    code = LITERALS.sub('""', _TRAP_ASM.sub("__trap()", code))
+    statements = [part.strip().strip("{}").strip() for part in code.split(";")]
+    statements = [part for part in statements if part]
+    return bool(statements) and all(_TRAP.fullmatch(part) for part in statements)
 
 
 def _without_static_asserts(code: str) -> str:

@@ -156,6 +156,7 @@ class GateSink:
         switches: Sequence[Switch] = (),
         reach: ArchSet | None = None,
         choices: Sequence[Choice] = (),
+        dispatch: int | None = None,
         keep: bool = True,
     ) -> Gate:
         """A gate of this file with an id from `identify`; kept in ``gates`` unless ``keep`` is false.
@@ -186,6 +187,7 @@ class GateSink:
             switches=tuple(switches),
             reach=reach,
             choices=tuple(choices),
+            dispatch=dispatch,
         )
         if keep:
             self.gates.append(built)

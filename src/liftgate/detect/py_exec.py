@@ -30,6 +30,7 @@ from liftgate.detect.py_scope import Frame
 from liftgate.detect.pyvalues import (
     AV,
     NONE,
+    NONE_SET,
     TOP,
     FuncRef,
     PartialRef,
@@ -186,11 +187,14 @@ class Executor(Evaluator):
             )  # fmt: skip
             self._scan_expression(stmt.test, frame)
 
-    def _exec_If(self, stmt: ast.If, frame: Frame, directive: str = "if") -> None:
+    def _exec_If(self, stmt: ast.If, frame: Frame, directive: str = "if", head: int | None = None) -> None:
         test = self.eval(stmt.test, frame)
         text = frame.module.segment(stmt.test)
+        is_elif = len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If)
+        if head is None and is_elif:
+            head = stmt.lineno  # the first test of an if/elif chain
         if frame.sink is not None:
-            self._report_if(stmt, test, frame, directive)
+            self._report_if(stmt, test, frame, directive, head)
             self._scan_expression(stmt.test, frame)
         # The gate is the test read with the non-device facts assumed favourable; the control flow is
         # not: `if backend == "sparse" and not is_sm120: raise` does not stop every non-12.x device,
@@ -208,6 +212,7 @@ class Executor(Evaluator):
         else_term = bool(stmt.orelse) and terminates(stmt.orelse)
         if certain != Truth3.FALSE:
             frame.guards.append((test, text))
+            _narrow(stmt.test, frame, taken=True)
             self.exec_block(stmt.body, frame)
             frame.guards.pop()
             if not body_term:
@@ -216,8 +221,10 @@ class Executor(Evaluator):
         frame.env = dict(before)
         if certain != Truth3.TRUE:
             frame.guards.append((not_value(test), f"not ({text})"))
-            if len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If):
-                self._exec_If(stmt.orelse[0], frame, "elif")
+            _narrow(stmt.test, frame, taken=False)
+            nested = stmt.orelse[0] if is_elif else None
+            if isinstance(nested, ast.If):
+                self._exec_If(nested, frame, "elif", head)
             else:
                 self.exec_block(stmt.orelse, frame)
             frame.guards.pop()
@@ -243,7 +250,7 @@ class Executor(Evaluator):
         finally:
             self.assume = saved
 
-    def _report_if(self, stmt: ast.If, test: AV, frame: Frame, directive: str) -> None:
+    def _report_if(self, stmt: ast.If, test: AV, frame: Frame, directive: str, head: int | None) -> None:
         assert frame.sink is not None
         is_elif = len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If)
         guard = is_guard(stmt)
@@ -272,6 +279,7 @@ class Executor(Evaluator):
             else_kind=else_kind,
             then_span=then_span,
             else_span=else_span,
+            chain=head,
         )
 
     def _exec_While(self, stmt: ast.While, frame: Frame) -> None:
@@ -422,3 +430,24 @@ def _is_boolean_expr(node: ast.expr) -> bool:
 def _is_boolean_value(value: AV) -> bool:
     """Every possible value is a bool (``return any(g in name for g in GPUS)``)."""
     return all(isinstance(x, bool) or is_marker(x) for s in value.sets for x in s)
+
+
+def _narrow(test: ast.expr, frame: Frame, *, taken: bool) -> None:
+    """``if sm is not None:`` (taken) or ``if sm is None:`` (not taken): in that branch the local
+    ``sm`` is not None, so a ``None`` the value could hold on some path (a failed probe) is dropped."""
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.left, ast.Name)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return
+    op = test.ops[0]
+    if not ((isinstance(op, ast.IsNot) and taken) or (isinstance(op, ast.Is) and not taken)):
+        return
+    value = frame.env.get(test.left.id)
+    if value is None or not any(None in value.lane(i) for i in range(len(value.sets))):
+        return
+    sets = [lane - NONE_SET or lane for lane in value.sets]
+    frame.env[test.left.id] = AV(tuple(sets), value.inferred, value.trail, value.deps)

@@ -9,6 +9,8 @@ truth differs between capabilities) and reports each condition node once.
 from __future__ import annotations
 
 import ast
+import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 
 from liftgate.arch.core import ArchSet
@@ -38,6 +40,7 @@ class PendingGate:
     else_span: Span | None
     split: tuple[tuple[Candidate, PendingGate], ...] = ()
     label: str = ""
+    chain: int | None = None  # the line of the first test of the if/elif chain it belongs to
 
     @property
     def key(self) -> tuple[int, int]:
@@ -61,7 +64,14 @@ class GateEmitter:
 
     @property
     def gates(self) -> list[Gate]:
-        return self.sink.gates
+        """The module's gates; a branch of an if/elif chain names the chain (`Gate.dispatch`) only
+        where another branch of it is a gate too."""
+        gates = self.sink.gates
+        counts = Counter(g.dispatch for g in gates if g.dispatch is not None)
+        return [
+            dataclasses.replace(g, dispatch=None) if g.dispatch is not None and counts[g.dispatch] < 2 else g
+            for g in gates
+        ]
 
     def add(
         self,
@@ -75,9 +85,10 @@ class GateEmitter:
         else_kind: ElseKind,
         then_span: Span | None,
         else_span: Span | None,
+        chain: int | None = None,
     ) -> None:
         pending = PendingGate(
-            node, condition, value, directive, scope, guard, else_kind, then_span, else_span
+            node, condition, value, directive, scope, guard, else_kind, then_span, else_span, chain=chain
         )
         if self.collecting is not None:
             self.collecting.setdefault(pending.key, pending)
@@ -200,6 +211,7 @@ class GateEmitter:
             directive=pending.directive,
             enclosing=(),
             choices=choices,
+            dispatch=pending.chain,
         )
 
 
@@ -240,13 +252,45 @@ def terminates(stmts: list[ast.stmt]) -> bool:
 
 def is_guard(stmt: ast.If) -> bool:
     """Whether an ``if`` is a guard: the code it admits is what follows it, where its test is false
-    (``if not X: raise``/``if X: raise``, or ``if not X: return fallback``). `liftgate.lift` edits
-    a guard's test with the opposite polarity."""
+    (``if not X: raise``/``if X: raise``, ``if not X: return fallback``, or a deny-list
+    ``if X: return False``/``return None``/``return``, which turns the feature off where X holds).
+    `liftgate.lift` edits a guard's test with the opposite polarity."""
     if stmt.orelse:
         return False
     if raises(stmt.body):
         return True
-    return terminates(stmt.body) and isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not)
+    if not terminates(stmt.body):
+        return False
+    return (isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not)) or denies(stmt.body)
+
+
+def denies(stmts: list[ast.stmt]) -> bool:
+    """The block only turns the path off: ``return False``, ``return None`` or a bare ``return``,
+    possibly after logging or a warning (the deny-list shape ``if sm_version == 120: return False``;
+    not ``fast(); return``)."""
+    last = stmts[-1] if stmts else None
+    if not isinstance(last, ast.Return) or not all(_tells(stmt) for stmt in stmts[:-1]):
+        return False
+    return last.value is None or (
+        isinstance(last.value, ast.Constant) and (last.value.value is False or last.value.value is None)
+    )
+
+
+_TELLING = ("log", "warn", "print", "debug", "info", "error")
+
+
+def _tells(stmt: ast.stmt) -> bool:
+    """A statement that only tells: a call of a logger, ``warnings.warn`` or ``print``, or a docstring-like constant."""
+    if not isinstance(stmt, ast.Expr):
+        return False
+    value = stmt.value
+    if isinstance(value, ast.Constant):
+        return True
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return any(word in name.lower() for word in _TELLING)
 
 
 def raises(stmts: list[ast.stmt]) -> bool:

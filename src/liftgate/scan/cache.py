@@ -280,13 +280,14 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
         g.decided_at,
         None if g.reach is None else g.reach.mask,
         tuple((c.implementation, c.path, c.line, c.admitted.mask, c.unknown.mask) for c in g.choices),
+        g.dispatch,
     )
 
 
 def gate_from_row(row: tuple[object, ...]) -> Gate:
     (gid, kind, loc, condition, admitted, unknown, host, then_span, else_span, else_kind, confidence, evidence,
      depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage, switches,
-     decided_at, reach, choices) = row  # fmt: skip
+     decided_at, reach, choices, dispatch) = row  # fmt: skip
     package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
     cov = cast(tuple[int, int, int, int] | None, coverage)
     return Gate(
@@ -322,4 +323,5 @@ def gate_from_row(row: tuple[object, ...]) -> Gate:
             Choice(impl, path_, line, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
             for impl, path_, line, adm, unk in cast(tuple[tuple[str, str, int, int, int], ...], choices)
         ),
+        dispatch=dispatch,  # type: ignore[arg-type]
     )
