@@ -128,7 +128,8 @@ def test_scan_by_chain_in_every_format(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "sm_120: LIFTABLE — 3 gates to lift together; 2 hazards covered by lifting them together" in out
     assert "lift as one: liftgate lift --chain py-" in out
-    assert "1 chain; 3 other listed gates stand alone" in out
+    # the gates of no chain that are losses for sm_120 (comm.cuh's `< 800` path is an alternative)
+    assert "1 chain; 2 other listed gates stand alone" in out
     assert main(["scan", *SOURCES, "-t", "sm_120", "--by", "chain", "-f", "json", "-q"]) == 0
     doc = json.loads(capsys.readouterr().out)
     jsonschema.validate(doc, load_schema())

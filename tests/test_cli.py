@@ -47,8 +47,8 @@ def test_fail_on_excluded_exits_1_and_0_when_admitted(
     root = _package(tmp_path)
     code, out, err = _run(["scan", str(root), "--target", "sm_120", "--fail-on", "excluded"], capsys)
     assert code == 1
-    assert "gated.cuh" in out and "excluded" in out
-    assert "1 gate," in err and "1 excludes sm_120" in err
+    assert "gated.cuh" in out and "shut out" in out  # the default view: what sm_120 loses
+    assert "1 gate," in err and "1 excludes sm_120" in err and "sm_120 loses 1 code path in 1 feature" in err
     code, out, _ = _run(["scan", str(root), "--target", "sm_90", "--fail-on", "excluded"], capsys)
     assert code == 0
     assert "gated.cuh" not in out  # --show excluded (the default) lists nothing for sm_90

@@ -245,14 +245,16 @@ def test_select_without_targets_lists_every_gate(report: Report) -> None:
 def test_summary_line(report: Report) -> None:
     assert summary_line(report) == (
         "scanned 3,232 files in 2 packages (1 skipped), 4 gates, 2 exclude sm_120, 1 excludes sm_90,"
-        " 1 unknown — 1.84 s"
+        " 1 unknown; sm_120 loses 2 code paths in 2 features (2 shut out), sm_90 loses 1 code path in"
+        " 1 feature (1 shut out) — 1.84 s"
     )
 
 
 def test_summary_line_single_target_and_none(report: Report) -> None:
     single = dataclasses.replace(one_target(report), packages=report.packages[:1], skips=())
     assert summary_line(single) == (
-        "scanned 3,232 files in 1 package (0 skipped), 4 gates, 2 exclude sm_120, 0 unknown — 1.84 s"
+        "scanned 3,232 files in 1 package (0 skipped), 4 gates, 2 exclude sm_120, 0 unknown; sm_120 loses"
+        " 2 code paths in 2 features (2 shut out) — 1.84 s"
     )
     no_targets = dataclasses.replace(report, targets=())
     assert summary_line(no_targets) == "scanned 3,232 files in 2 packages (1 skipped), 4 gates — 1.84 s"
@@ -376,7 +378,7 @@ def test_json_validates_against_schema(report: Report, schema: dict[str, Any], s
 
 def test_json_content(report: Report) -> None:
     document = json.loads(render(report, OutputFormat.JSON, RenderOptions(show=Show.ALL)))
-    assert document["schema_version"] == "6"
+    assert document["schema_version"] == "7"
     assert document["tool"] == {"name": "liftgate", "version": "0.0.0+test"}
     assert document["cuda_version"] == "13.0"
     assert document["summary"] == {
@@ -384,10 +386,41 @@ def test_json_content(report: Report) -> None:
         "files_skipped": 1,
         "gates": 4,
         "targets": {
-            "sm_120": {"excluded": 2, "admitted": 2, "unknown": 0},
-            "sm_90": {"excluded": 1, "admitted": 2, "unknown": 1},
+            "sm_120": {
+                "excluded": 2,
+                "admitted": 2,
+                "unknown": 0,
+                "losses": 2,
+                "loss_features": 2,
+                "alternatives": 0,
+            },
+            "sm_90": {
+                "excluded": 1,
+                "admitted": 2,
+                "unknown": 1,
+                "losses": 1,
+                "loss_features": 1,
+                "alternatives": 0,
+            },
         },
         "elapsed_s": 1.837,
+    }
+    # The default view's groups: each target's losses by feature, shut-outs first (sm_90's unknown
+    # DeepGEMM gate is listed as unknown, not as a loss).
+    assert [(f["target"], f["outcome"], f["feature"], f["gates"]) for f in document["losses"]] == [
+        ("sm_120", "shut-out", SM90A_GATE.location.path, [SM90A_GATE.id]),
+        (
+            "sm_120",
+            "shut-out",
+            "flashinfer/data/include/flashinfer/comm/trtllm_allreduce.cuh",
+            [ALLREDUCE_GATE.id],
+        ),
+        ("sm_90", "shut-out", SM90A_GATE.location.path, [SM90A_GATE.id]),
+        ("sm_90", "unknown", DEEPGEMM_GATE.location.path, [DEEPGEMM_GATE.id]),
+    ]
+    assert by_id_outcome(document, ALLREDUCE_GATE.id) == {
+        "sm_120": ("shut-out", True),
+        "sm_90": ("gets", False),
     }
     assert [p["name"] for p in document["packages"]] == [FLASHINFER, SGLANG]
     by_id = {gate["id"]: gate for gate in document["gates"]}
@@ -415,6 +448,11 @@ def test_json_content(report: Report) -> None:
     assert sm90a["admitted"] == ["sm_90a"]
     assert document["skips"] == [{"path": SKIP.path, "package": FLASHINFER, "reason": SKIP.reason}]
     assert document["selection"] == {"show": "all", "kinds": None}
+
+
+def by_id_outcome(document: dict[str, Any], gate_id: str) -> dict[str, tuple[str, bool]]:
+    (gate,) = [g for g in document["gates"] if g["id"] == gate_id]
+    return {arch: (o["outcome"], o["loss"]) for arch, o in gate["outcomes"].items()}
 
 
 def test_schema_rejects_what_it_should(report: Report, schema: dict[str, Any]) -> None:

@@ -301,7 +301,8 @@ def test_summary_counts_only_the_kinds_chosen(judged: Report) -> None:
     options = RenderOptions(kinds=frozenset({GateKind.PY_RUNTIME}))
     assert summary_line(judged, options) == (
         "scanned 3,232 files in 2 packages (1 skipped), 1 py-runtime gate (of 4 found), 0 exclude sm_120,"
-        " 0 exclude sm_90, 1 unknown; verdicts: 0 liftable, 0 blocked, 1 unknown — 1.84 s"
+        " 0 exclude sm_90, 1 unknown; sm_120 loses no code path, sm_90 loses no code path; verdicts:"
+        " 0 liftable, 0 blocked, 1 unknown — 1.84 s"
     )
     markdown = render(judged, OutputFormat.MARKDOWN, options)
     assert "1 py-runtime gate (of 4 found)" in markdown

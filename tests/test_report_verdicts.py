@@ -134,7 +134,9 @@ def test_counts_agree_with_json_summary(judged: Report) -> None:
 def test_summary_line_adds_verdicts(judged: Report) -> None:
     assert summary_line(judged) == (
         "scanned 3,232 files in 2 packages (1 skipped), 4 gates, 2 exclude sm_120, 1 excludes sm_90,"
-        " 1 unknown; verdicts: 1 liftable (1 with hazards), 2 blocked (1 with hazards), 1 unknown — 1.84 s"
+        " 1 unknown; sm_120 loses 2 code paths in 2 features (2 shut out), sm_90 loses 1 code path in"
+        " 1 feature (1 shut out); verdicts: 1 liftable (1 with hazards), 2 blocked (1 with hazards),"
+        " 1 unknown — 1.84 s"
     )
     assert "verdicts" not in summary_line(sample_report())
 

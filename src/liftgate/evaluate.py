@@ -1,9 +1,13 @@
-"""Evaluate a gate for one target: admitted, excluded or unknown, with the reason in words."""
+"""Evaluate a gate for one target: admitted, excluded or unknown, with the reason in words; and what
+that means for the target, read in the direction of the path the gate guards (`Outcomes`)."""
 
 from __future__ import annotations
 
-from liftgate.arch.core import Arch
-from liftgate.model import Finding, Gate, Status
+from collections import defaultdict
+from collections.abc import Iterable
+
+from liftgate.arch.core import Arch, ArchSet
+from liftgate.model import ElseKind, Finding, Gate, GateKind, Outcome, Reading, Status
 
 
 def evaluate(gate: Gate, target: Arch) -> Finding:
@@ -16,3 +20,130 @@ def evaluate(gate: Gate, target: Arch) -> Finding:
     else:
         reason = f"condition is false for {target.name}"
     return Finding(gate=gate, target=target, status=status, reason=reason)
+
+
+LOSSES = frozenset({Outcome.FALLBACK, Outcome.SHUT_OUT, Outcome.OFF})
+
+
+def feature_of(gate: Gate) -> str:
+    """What a gate's path serves, for grouping losses: the JIT module, extension or CMake target a
+    build gate builds (``JIT module trtllm_comm``), else the file the gated code is in."""
+    if gate.kind in (GateKind.PY_BUILD, GateKind.CMAKE):
+        for build in gate.builds:
+            if build.name:
+                return f"{build.what} {build.name}"
+    return gate.location.path
+
+
+def _oldest(archs: ArchSet) -> tuple[int, int] | None:
+    return min((a.cc for a in archs), default=None)
+
+
+def _newest(archs: ArchSet) -> tuple[int, int] | None:
+    return max((a.cc for a in archs), default=None)
+
+
+class Outcomes:
+    """Each gate's outcome per target, read from the gates' facts (never from evidence text).
+
+    A gate's ``admitted`` set holds the targets that get the path it guards (for a guard, the code
+    after it). A target it leaves out:
+
+    * takes another branch of the same dispatch (`Gate.dispatch`, the first branch in source order
+      that admits it): an **alternative** when that branch was written for the same or newer GPUs
+      (its oldest admitted target is not older than the gate's), else a **fallback**;
+    * is one of the targets a switch would let in (`Gate.switches`): **off** until it is set;
+    * otherwise takes what the gate leaves to everyone it does not admit: when every such target
+      is newer than every target the gate admits, the gate guards a path for older GPUs that newer
+      ones skip (an **alternative**); else an error or trap (**shut out**), another implementation
+      (**fallback**), or nothing (**shut out**).
+
+    A **loss** is a fallback, a shut-out or a switch while some other target gets the path.
+    """
+
+    def __init__(self, gates: Iterable[Gate]) -> None:
+        branches: dict[tuple[str, str | None, str, int], list[Gate]] = defaultdict(list)
+        for gate in gates:
+            if gate.dispatch is not None:
+                loc = gate.location
+                branches[(loc.package, loc.version, loc.path, gate.dispatch)].append(gate)
+        self._branches = {
+            key: sorted(group, key=lambda g: (g.location.span.start, g.id)) for key, group in branches.items()
+        }
+        self._memo: dict[tuple[str, Arch], Reading] = {}
+
+    def _siblings(self, gate: Gate) -> list[Gate]:
+        if gate.dispatch is None:
+            return []
+        loc = gate.location
+        return [
+            g
+            for g in self._branches.get((loc.package, loc.version, loc.path, gate.dispatch), [])
+            if g.id != gate.id
+        ]
+
+    def of(self, gate: Gate, target: Arch) -> Reading:
+        key = (gate.id, target)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self._read(gate, target)
+        return found
+
+    def losses(self, gate: Gate, targets: Iterable[Arch]) -> list[Reading]:
+        return [r for r in (self.of(gate, t) for t in targets) if r.loss]
+
+    def _read(self, gate: Gate, target: Arch) -> Reading:
+        name = target.name
+
+        def reading(outcome: Outcome, text: str, via: str | None = None) -> Reading:
+            loss = outcome in LOSSES and (bool(gate.admitted) or outcome is Outcome.OFF)
+            return Reading(gate.id, target, outcome, loss, text, via)
+
+        if target in gate.admitted:
+            return reading(Outcome.GETS, f"{name} gets the path it guards")
+        if target in gate.unknown:
+            parts = ", ".join(gate.depends_on) or "something liftgate cannot see"
+            return reading(Outcome.UNKNOWN, f"whether {name} gets it depends on {parts}")
+        for switch in gate.switches:
+            if target in switch.admitted or target in switch.unknown:
+                return reading(Outcome.OFF, f"off unless {switch.setting}; with it set, {name} would get it")
+        siblings = self._siblings(gate)
+        for other in siblings:
+            where = f"the branch at line {other.location.line} (`{other.condition}`)"
+            if target in other.unknown:
+                return reading(
+                    Outcome.UNKNOWN,
+                    f"{name} may take {where}, which depends on what liftgate cannot see",
+                    other.id,
+                )
+            if target in other.admitted:
+                theirs, ours = _oldest(other.admitted), _oldest(gate.admitted)
+                if ours is None or (theirs is not None and theirs >= ours):
+                    return reading(
+                        Outcome.ALTERNATIVE,
+                        f"{name} takes {where}, written for the same or newer GPUs",
+                        other.id,
+                    )
+                return reading(
+                    Outcome.FALLBACK, f"{name} takes {where}, written for older GPUs than this path", other.id
+                )
+        rest = gate.excluded
+        for other in siblings:
+            rest = rest - other.admitted - other.unknown
+        newest, oldest_left = _newest(gate.admitted), _oldest(rest)
+        if newest is not None and oldest_left is not None and oldest_left > newest:
+            return reading(
+                Outcome.ALTERNATIVE,
+                f"a path for older GPUs only: every target it leaves out is newer than those it admits, {name} included",
+            )
+        if gate.kind is GateKind.BINARY:
+            return reading(Outcome.SHUT_OUT, f"no kernel image {name} can run")
+        if gate.else_kind is ElseKind.ERROR:
+            return reading(
+                Outcome.SHUT_OUT, f"{name} hits an error instead (a raise, #error, static_assert or trap)"
+            )
+        if gate.else_kind is ElseKind.FALLBACK:
+            return reading(
+                Outcome.FALLBACK, f"{name} takes the other branch, which the targets it admits are spared"
+            )
+        return reading(Outcome.SHUT_OUT, f"left out for {name} with nothing in its place")

@@ -23,9 +23,11 @@ from liftgate.cli.common import (
 )
 from liftgate.model import GateKind
 from liftgate.report.interface import GroupBy, OutputFormat, Show, VerdictFilter
+from liftgate.report.losses import loss_gates
 
-# --fail-on: a status (excluded, unknown, any: either) or a verdict (blocked, liftable, hazard).
-FAIL_ON = ("excluded", "unknown", "any", "blocked", "liftable", "hazard")
+# --fail-on: an outcome (loss), a status (excluded, unknown, any: either) or a verdict (blocked,
+# liftable, hazard).
+FAIL_ON = ("loss", "excluded", "unknown", "any", "blocked", "liftable", "hazard")
 LONG_TABLE = 40  # rows: a longer table gets the summary line before it as well as after it
 FAIL_ON_SHOWN = 5  # gates the --fail-on line names
 
@@ -50,8 +52,12 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument(
         "--show",
         choices=choices(Show),
-        default=Show.EXCLUDED.value,
-        help="which gates to list (default: those excluding a target; traced: those a --trace run evaluated)",
+        default=Show.LOSSES.value,
+        help=(
+            "which gates to list (default: losses, the code paths a target loses, grouped by feature; "
+            "excluded: every gate that leaves a target out, alternatives included; "
+            "traced: those a --trace run evaluated)"
+        ),
     )
     p.add_argument(
         "--by",
@@ -107,8 +113,9 @@ def configure_parser(subparsers: Any) -> None:
         "--fail-on",
         choices=FAIL_ON,
         help=(
-            "exit 1 if a listed gate excludes a target (excluded), is unknown for one (unknown), either "
-            "(any), or is judged blocked, liftable, or carries a hazard for one (blocked, liftable, hazard)"
+            "exit 1 if a listed gate is a loss for a target (loss: a fallback, shut-out or switch where "
+            "another target gets the path), excludes a target (excluded), is unknown for one (unknown), "
+            "either (any), or is judged blocked, liftable, or carries a hazard for one (blocked, liftable, hazard)"
         ),
     )
     p.add_argument(
@@ -253,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
             if (v.hazards if args.fail_on == "hazard" else v.kind.value == args.fail_on)
         }
         matched = [g for g in listed if g.id in hit]
+    elif args.fail_on == "loss":
+        lost = {g.id for g in loss_gates(report, [t.arch for t in report.targets])}
+        matched = [g for g in listed if g.id in lost]
     else:
         wanted = {
             "excluded": {Status.EXCLUDED},

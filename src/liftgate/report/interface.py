@@ -27,7 +27,8 @@ class OutputFormat(str, enum.Enum):
 class Show(str, enum.Enum):
     """Which gates a report shows, judged against every target of the report."""
 
-    EXCLUDED = "excluded"  # excluded or unknown for at least one target: what the user came for
+    LOSSES = "losses"  # a loss (or an unknown outcome) for at least one target: what the user came for
+    EXCLUDED = "excluded"  # excluded or unknown for at least one target, alternatives included
     ADMITTED = "admitted"  # admitted for every target
     ALL = "all"
     TRACED = "traced"  # the gates a traced run evaluated (scan --trace)
@@ -59,7 +60,7 @@ class RenderOptions:
     are `fnmatch` patterns matched against a gate's package-relative path (``*`` crosses ``/``).
     """
 
-    show: Show = Show.EXCLUDED
+    show: Show = Show.EXCLUDED  # the CLI's default is Show.LOSSES (`liftgate scan`)
     kinds: frozenset[GateKind] | None = None
     color: bool = False
     width: int | None = None

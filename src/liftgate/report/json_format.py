@@ -14,12 +14,14 @@ from typing import Any
 
 import liftgate
 from liftgate.arch.core import Arch
+from liftgate.evaluate import Outcomes, feature_of
 from liftgate.model import (
     Evidence,
     FeatureUse,
     Gate,
     GateKind,
     GateTrace,
+    Reading,
     Report,
     Skip,
     Span,
@@ -29,10 +31,11 @@ from liftgate.model import (
 )
 from liftgate.report.chains import chain_to_dict
 from liftgate.report.interface import GroupBy, RenderOptions, printable_json
+from liftgate.report.losses import FeatureLoss, feature_losses, loss_counts
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 SCHEMA_RESOURCE = "report.schema.json"
 
 
@@ -73,9 +76,14 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
 
 
 def gate_to_dict(
-    gate: Gate, report: Report, verdicts: dict[tuple[str, Arch], Verdict] | None = None
+    gate: Gate,
+    report: Report,
+    verdicts: dict[tuple[str, Arch], Verdict] | None = None,
+    outcomes: Outcomes | None = None,
 ) -> dict[str, Any]:
-    """One gate as the schema's ``gate`` object, with its status (and verdict) for each distinct target."""
+    """One gate as the schema's ``gate`` object, with its status, outcome (and verdict) for each
+    distinct target. Pass ``outcomes`` when rendering many gates of one report (it reads siblings)."""
+    outcomes = outcomes or Outcomes(report.gates)
     loc = gate.location
     found = (
         [verdicts[(gate.id, t.arch)] for t in distinct_targets(report) if (gate.id, t.arch) in verdicts]
@@ -108,8 +116,36 @@ def gate_to_dict(
         "depends_on": list(gate.depends_on),
         "enclosing": list(gate.enclosing),
         "status": {target.arch.name: gate.status(target.arch).value for target in distinct_targets(report)},
+        "feature": feature_of(gate),
+        "outcomes": {
+            target.arch.name: _reading(outcomes.of(gate, target.arch)) for target in distinct_targets(report)
+        },
         "facts": facts_to_dict(gate, report),
         **extra,
+    }
+
+
+def _reading(reading: Reading) -> dict[str, Any]:
+    return {"outcome": reading.outcome.value, "loss": reading.loss, "via": reading.via, "text": reading.text}
+
+
+def feature_loss_to_dict(feature: FeatureLoss, judged: bool) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for reading in feature.readings:
+        counts[reading.outcome.value] = counts.get(reading.outcome.value, 0) + 1
+    verdicts: dict[str, int] = {}
+    for verdict in feature.verdicts:
+        verdicts[verdict.kind.value] = verdicts.get(verdict.kind.value, 0) + 1
+    return {
+        "target": feature.target.arch.name,
+        "package": feature.package,
+        "version": feature.version,
+        "feature": feature.feature,
+        "outcome": feature.outcome.value,
+        "gates": [g.id for g in feature.gates],
+        "outcomes": counts,
+        **({"verdicts": verdicts} if judged else {}),
+        "command": feature.command(),
     }
 
 
@@ -135,6 +171,7 @@ def facts_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
         ],
         "decided_at": list(gate.decided_at),
         "reach": None if gate.reach is None else gate.reach.names(),
+        "dispatch": gate.dispatch,
         "choices": [
             {"implementation": c.implementation, "path": c.path, "line": c.line,
              "admitted": c.admitted.names(), "unknown": c.unknown.names()}
@@ -211,6 +248,8 @@ def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
     """The report as plain JSON-ready data, ordered deterministically (package, path, line)."""
     counts = target_counts(report)
     verdicts = report.verdict_index()
+    outcomes = Outcomes(report.gates)
+    losses = {c.target.arch.name: c for c in loss_counts(report, outcomes=outcomes)}
     summary_verdicts: dict[str, Any] = {}
     if report.verdicts:
         for target in distinct_targets(report):
@@ -238,13 +277,23 @@ def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
             "files_skipped": len(report.skips),
             "gates": len(report.gates),
             "targets": {
-                arch_name: {"excluded": c.excluded, "admitted": c.admitted, "unknown": c.unknown}
+                arch_name: {
+                    "excluded": c.excluded,
+                    "admitted": c.admitted,
+                    "unknown": c.unknown,
+                    "losses": losses[arch_name].losses,
+                    "loss_features": losses[arch_name].features,
+                    "alternatives": losses[arch_name].alternatives,
+                }
                 for arch_name, c in counts.items()
             },
             "elapsed_s": round(report.elapsed_s, 3),
             **({"verdicts": summary_verdicts} if report.verdicts else {}),
         },
-        "gates": [gate_to_dict(gate, report, verdicts) for gate in select_gates(report, options)],
+        "losses": [
+            feature_loss_to_dict(f, bool(report.verdicts)) for f in feature_losses(report, options, outcomes)
+        ],
+        "gates": [gate_to_dict(gate, report, verdicts, outcomes) for gate in select_gates(report, options)],
         "skips": [_skip(skip) for skip in sorted(report.skips, key=skip_sort_key)],
         "notes": list(report.notes),
         **({"trace": trace_to_dict(report.trace)} if report.trace is not None else {}),

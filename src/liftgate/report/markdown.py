@@ -25,6 +25,7 @@ from liftgate.arch.core import Arch
 from liftgate.model import Confidence, Gate, Report, Status, Target, Verdict, VerdictKind
 from liftgate.report.chains import chain_views, verdict_line
 from liftgate.report.interface import GroupBy, RenderOptions, Show, printable
+from liftgate.report.losses import feature_losses
 from liftgate.report.select import (
     admits_text,
     condition_text,
@@ -91,6 +92,10 @@ def _heading(report: Report, options: RenderOptions) -> str:
     if options.show is Show.TRACED:
         return f"## liftgate: {kinds}gates the traced run evaluated" + (
             f" ({', '.join(labels)})" if labels else ""
+        )
+    if options.show is Show.LOSSES:
+        return f"## liftgate: code paths {' and '.join(labels)} {'lose' if len(labels) > 1 else 'loses'}" + (
+            f" ({kinds}gates)" if kinds else ""
         )
     if options.show is Show.EXCLUDED:
         return f"## liftgate: {kinds}gates that exclude {' or '.join(labels)}"
@@ -381,6 +386,27 @@ def _with_too_long_note(text: str) -> str:
     return f"{heading}\n\n{note}\n{rest}"
 
 
+def _losses_table(report: Report, options: RenderOptions, limit: int | None) -> list[str]:
+    """Per target, the features whose code paths it loses, shut-outs first (`liftgate.report.losses`)."""
+    features = feature_losses(report, options)
+    if not features:
+        return []
+    lines = [
+        "| target | outcome | paths | feature | verdicts | to get them back |",
+        "|---|---|--:|---|---|---|",
+    ]
+    for feature in features[:limit]:
+        command = feature.command()
+        lines.append(
+            f"| {feature.target.arch.name} | {feature.outcome.value} | {len(feature.gates):,} "
+            f"| {code_span(feature.label)} | {escape_text(feature.verdict_text())} "
+            f"| {code_span(command) if command else ''} |"
+        )
+    if limit is not None and len(features) > limit:
+        lines.append(f"\n{len(features) - limit:,} more features: `--format json` lists them all (`losses`).")
+    return [*lines, ""]
+
+
 class MarkdownFormatter:
     """``--format markdown``: a summary that fits a GitHub comment, or every gate with ``--show all``."""
 
@@ -395,6 +421,8 @@ class MarkdownFormatter:
         limit = SUMMARY_ROWS if summary else None
         head = [_heading(report, options), "", escape_text(summary_line(report, options)), ""]
         head += _verdict_counts_table(counted, limit)
+        if options.show is Show.LOSSES and report.targets:
+            head += _losses_table(report, options, limit)
         if options.by is GroupBy.CHAIN:
             return _join([*head, *_chains_block(report, options)])
         gates = select_gates(report, options)

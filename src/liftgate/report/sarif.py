@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import liftgate
 from liftgate.arch.core import Arch
+from liftgate.evaluate import Outcomes
 from liftgate.model import (
     Confidence,
     ElseKind,
@@ -29,6 +30,7 @@ from liftgate.model import (
     GateKind,
     Hazard,
     HazardKind,
+    Reading,
     Report,
     Skip,
     Status,
@@ -37,8 +39,9 @@ from liftgate.model import (
     Verdict,
     VerdictKind,
 )
-from liftgate.report.interface import RenderOptions, printable_json
+from liftgate.report.interface import RenderOptions, Show, printable_json
 from liftgate.report.json_format import gate_trace_to_dict, trace_to_dict
+from liftgate.report.losses import listed
 from liftgate.report.select import (
     admits_text,
     condition_text,
@@ -234,11 +237,18 @@ def explain_command(gate: Gate, target: Target, origins: Origins) -> str:
 
 
 def _message(
-    gate: Gate, target: Target, status: Status, verdict: Verdict | None = None, origins: Origins | None = None
+    gate: Gate,
+    target: Target,
+    status: Status,
+    verdict: Verdict | None = None,
+    origins: Origins | None = None,
+    reading: Reading | None = None,
 ) -> str:
     label = target_label(target)
     condition = condition_text(gate)
-    if status is Status.UNKNOWN:
+    if reading is not None and reading.loss:
+        text = f"{label} loses the path `{condition}` guards ({reading.outcome.value}): {reading.text}."
+    elif status is Status.UNKNOWN:
         depends = ", ".join(gate.depends_on) or "something liftgate cannot see"
         text = f"Whether `{condition}` admits {label} depends on {depends}."
     else:
@@ -277,9 +287,11 @@ def _result(
     verdicts: dict[tuple[str, Arch], Verdict] | None = None,
     trace: TraceSummary | None = None,
     origins: Origins | None = None,
+    reading: Reading | None = None,
 ) -> dict[str, Any]:
     """One gate's result for one target; ``verdicts`` (a judged report's index) adds the verdict,
-    ``trace`` (scan --trace) what the traced run did at the gate; ``origins`` name the sources."""
+    ``trace`` (scan --trace) what the traced run did at the gate; ``origins`` name the sources;
+    ``reading`` the gate's outcome for the target."""
     loc = gate.location
     verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
     judged: dict[str, Any] = {}
@@ -292,7 +304,7 @@ def _result(
         "ruleId": RULES[RULE_INDEX[gate.kind]].id,
         "ruleIndex": RULE_INDEX[gate.kind],
         "level": "note" if status is Status.UNKNOWN else "warning",
-        "message": {"text": _message(gate, target, status, verdict, origins)},
+        "message": {"text": _message(gate, target, status, verdict, origins, reading)},
         "locations": [_gate_location(gate)],
         # Two targets excluded by one gate are two results, so the target is part of the identity.
         "partialFingerprints": {FINGERPRINT_KEY: gate.id, TARGET_FINGERPRINT_KEY: target.arch.name},
@@ -308,6 +320,11 @@ def _result(
             "unknown": gate.unknown.names(),
             "elseKind": gate.else_kind.value,
             "confidence": gate.confidence.value,
+            **(
+                {"outcome": reading.outcome.value, "loss": reading.loss, "outcomeText": reading.text}
+                if reading is not None
+                else {}
+            ),
             **judged,
         },
     }
@@ -383,12 +400,16 @@ def report_to_sarif(report: Report, options: RenderOptions) -> dict[str, Any]:
     rules = [*RULES, HAZARD_RULE] if verdicts is not None else list(RULES)
     origins = _origins(report)
     results: list[dict[str, Any]] = []
+    outcomes = Outcomes(report.gates)
     for gate in select_gates(report, options):
         for target in targets:
             status = gate.status(target.arch)
             if status is Status.ADMITTED:
                 continue
-            results.append(_result(gate, target, status, verdicts, report.trace, origins))
+            reading = outcomes.of(gate, target.arch)
+            if options.show is Show.LOSSES and not listed(reading):
+                continue  # the default view: an alternative is not a finding
+            results.append(_result(gate, target, status, verdicts, report.trace, origins, reading))
             verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
             if verdict is not None:
                 results += _hazard_results(gate, target, verdict, origins)

@@ -16,10 +16,12 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
 from liftgate.arch.core import Arch
+from liftgate.evaluate import Outcomes
 from liftgate.model import (
     Gate,
     GateKind,
     GateTrace,
+    Outcome,
     Report,
     Skip,
     Status,
@@ -65,12 +67,19 @@ def statuses(gate: Gate, targets: Iterable[Target]) -> list[Status]:
     return [gate.status(target.arch) for target in targets]
 
 
-def _shown(gate: Gate, targets: tuple[Target, ...], show: Show, traced: frozenset[str]) -> bool:
+def _shown(
+    gate: Gate, targets: tuple[Target, ...], show: Show, traced: frozenset[str], outcomes: Outcomes | None
+) -> bool:
     if show is Show.TRACED:
         return gate.id in traced
     if show is Show.ALL or not targets:
         # Without a target there is nothing to be excluded from: every gate is worth listing.
         return True
+    if show is Show.LOSSES:
+        assert outcomes is not None
+        return any(
+            r.loss or r.outcome is Outcome.UNKNOWN for r in (outcomes.of(gate, t.arch) for t in targets)
+        )
     per_target = statuses(gate, targets)
     if show is Show.EXCLUDED:
         return any(status is not Status.ADMITTED for status in per_target)
@@ -125,7 +134,8 @@ def _verdict_selected(
 def select_gates(report: Report, options: RenderOptions) -> list[Gate]:
     """The gates to show, in report order.
 
-    ``Show.EXCLUDED`` keeps gates that are excluded or unknown for at least one target,
+    ``Show.LOSSES`` keeps gates that are a loss for at least one target, or whose outcome is unknown
+    (`liftgate.evaluate.Outcomes`), ``Show.EXCLUDED`` gates that are excluded or unknown for at least one target,
     ``Show.ADMITTED`` those admitted for every target, ``Show.ALL`` everything, ``Show.TRACED``
     those a traced run evaluated (``scan --trace``); ``options.kinds`` then narrows by gate kind,
     ``options.paths`` and ``options.exclude_paths`` by path, and ``options.verdicts`` to the gates
@@ -136,12 +146,13 @@ def select_gates(report: Report, options: RenderOptions) -> list[Gate]:
     traced = frozenset(g.gate_id for g in report.trace.gates) if report.trace else frozenset()
     wanted = options.verdicts
     verdicts = report.verdict_index() if wanted is not None else {}
+    outcomes = Outcomes(report.gates) if options.show is Show.LOSSES else None
     return sorted(
         (
             gate
             for gate in report.gates
             if in_scope(gate, options)
-            and _shown(gate, targets, options.show, traced)
+            and _shown(gate, targets, options.show, traced, outcomes)
             and (wanted is None or _verdict_selected(gate, targets, verdicts, wanted))
         ),
         key=gate_sort_key,

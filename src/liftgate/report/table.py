@@ -28,11 +28,13 @@ from rich.table import Table
 from rich.text import Text
 
 from liftgate.arch.core import Arch
+from liftgate.evaluate import Outcomes
 from liftgate.model import (
     Confidence,
     Gate,
     GateKind,
     GateTrace,
+    Outcome,
     Report,
     Status,
     Target,
@@ -41,7 +43,8 @@ from liftgate.model import (
     VerdictKind,
 )
 from liftgate.report.chains import chain_text
-from liftgate.report.interface import GroupBy, RenderOptions, printable
+from liftgate.report.interface import GroupBy, RenderOptions, Show, printable
+from liftgate.report.losses import HEADINGS, FeatureLoss, feature_losses, loss_counts
 from liftgate.report.select import (
     admits_text,
     condition_text,
@@ -553,13 +556,86 @@ def _chains_text(report: Report, options: RenderOptions, console: Console, out: 
     console.print(
         Text(
             f"{plural(len(report.chains), 'chain')}; {plural(len(rest), 'other listed gate')} stand alone "
-            "(the default view lists them by file)",
+            "(the default view lists them by feature)",
             style="dim",
         )
     )
     for note in report.notes:
         console.print(Text(f"note: {note}"))
     return out.getvalue()
+
+
+OUTCOME_STYLE = {
+    Outcome.SHUT_OUT: "red",
+    Outcome.FALLBACK: "magenta",
+    Outcome.OFF: "yellow",
+    Outcome.UNKNOWN: "yellow",
+}
+
+
+def _verdict_style(feature: FeatureLoss) -> str:
+    kinds = {v.kind for v in feature.verdicts}
+    if VerdictKind.LIFTABLE in kinds:
+        return "green"
+    return "red" if kinds == {VerdictKind.BLOCKED} else "yellow"
+
+
+def _losses_text(report: Report, options: RenderOptions, console: Console) -> None:
+    """The default view: per target, the code paths it loses, by outcome and feature, each feature
+    with its verdicts and the command that lifts what is liftable (`liftgate.report.losses`)."""
+    outcomes = Outcomes(report.gates)
+    features = feature_losses(report, options, outcomes)
+    counts = {c.target.arch: c for c in loss_counts(report, options, outcomes)}
+    for t_index, target in enumerate(distinct_targets(report)):
+        if t_index:
+            console.print()
+        count = counts[target.arch]
+        console.print(Text(count.text() + f" — {scope_text(report)}", style="bold"))
+        mine = [f for f in features if f.target.arch == target.arch]
+        for outcome, group in groupby(mine, key=lambda f: f.outcome):
+            group_list = list(group)
+            paths = sum(len(f.gates) for f in group_list)
+            console.print(
+                Padding.indent(
+                    Text(
+                        f"{HEADINGS[outcome]}: {plural(paths, 'path')} in {plural(len(group_list), 'feature')}",
+                        style=OUTCOME_STYLE[outcome],
+                    ),
+                    FILE_INDENT,
+                )
+            )
+            width = max(len(f"{len(f.gates):,}") for f in group_list)
+            previous = None
+            for feature in group_list:
+                package = (feature.package, feature.version)
+                if package != previous and len({(f.package, f.version) for f in mine}) > 1:
+                    label = f"{feature.package} {feature.version}" if feature.version else feature.package
+                    console.print(Padding.indent(Text(label, style="bold"), TABLE_INDENT))
+                previous = package
+                head = Text(f"{len(feature.gates):,}".rjust(width) + "  ")
+                head.append(feature.label, style="cyan")
+                console.print(Padding.indent(head, TABLE_INDENT), overflow="fold")
+                verdict = feature.verdict_text() or ("not judged" if not report.verdicts else "")
+                command = feature.command()
+                detail = Text(verdict, style=_verdict_style(feature))
+                if command:
+                    detail.append((": " if verdict else "") + command)
+                if detail.plain:
+                    console.print(Padding.indent(detail, TABLE_INDENT + width + 2), overflow="fold")
+                if options.verbose:
+                    for gate, reading in zip(feature.gates, feature.readings, strict=True):
+                        row = Text(f"{gate.location.line}: {condition_text(gate)} — ", style="dim")
+                        row.append(reading.outcome.value, style=OUTCOME_STYLE.get(reading.outcome, ""))
+                        row.append(f" ({reading.text}) {gate.id}", style="dim")
+                        console.print(Padding.indent(row, TABLE_INDENT + width + 4), overflow="fold")
+        if count.alternatives:
+            console.print(
+                Text(
+                    f"  not losses: {plural(count.alternatives, 'gate')} where {target.arch.name} takes its own "
+                    "or a newer path (--show excluded lists every gate that leaves it out)",
+                    style="dim",
+                )
+            )
 
 
 class TableFormatter:
@@ -584,6 +660,9 @@ class TableFormatter:
         )
         if options.by is GroupBy.CHAIN:
             return _TRAILING_BLANKS.sub("", _chains_text(report, options, console, out))
+        if options.show is Show.LOSSES and report.targets and options.verdicts is None:
+            _losses_text(report, options, console)
+            return self._tail(report, options, console, out)
         gates = select_gates(report, options)
         targets = distinct_targets(report)
         # Verdict columns only in a judged report, so that other reports render as they always did.
@@ -619,6 +698,10 @@ class TableFormatter:
             given_way = layout.given_way(len({g.kind for g in gates}) > 1)
             if given_way:
                 console.print(Text(f"({'; '.join(given_way)}: to fit {console.width} columns)", style="dim"))
+        return self._tail(report, options, console, out)
+
+    def _tail(self, report: Report, options: RenderOptions, console: Console, out: io.StringIO) -> str:
+        """Verdict counts, the trace, notes and skipped files: what follows either view."""
         _print_verdict_counts(console, scoped(report, options))
         if report.trace is not None:
             _print_trace(console, report.trace, options.verbose)
