@@ -51,7 +51,25 @@ def configure_parser(subparsers: Any) -> None:
     )
     add_target_option(p, repeatable=False, help="the architecture to admit (default: the local GPU)")
     p.add_argument(
-        "--all-liftable", action="store_true", help="every gate the judge finds liftable for the target"
+        "--all-liftable",
+        action="store_true",
+        help=(
+            "every gate the judge finds liftable whose outcome for the target is a loss (never an "
+            "alternative: the target's own or newer path); gates whose edits do not verify are skipped, "
+            "one line each, and the rest is lifted"
+        ),
+    )
+    p.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="with --all-liftable: only gates in files whose package-relative path matches GLOB (repeatable)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="with --all-liftable: fail, applying nothing, if any gate would be skipped",
     )
     p.add_argument(
         "--chain",
@@ -106,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         return error("--chain lifts one chain: give no other GATE_IDs and no --all-liftable")
     if not args.gate_ids and not args.all_liftable and not args.chain:
         return error("name GATE_IDs (from `liftgate scan`), --chain GATE_ID, or pass --all-liftable")
+    if (args.path or args.strict) and not args.all_liftable:
+        return error("--path and --strict go with --all-liftable")
     try:
         target = target_or_local(args.target)
     except TargetError as exc:
@@ -125,10 +145,25 @@ def run(args: argparse.Namespace) -> int:
             observer.finish()
         if args.chain:
             return _lift_chain(es, target, args)
-        ids, refused = choose_gates(es, target, wanted, args.all_liftable, args.force)
-        plan = plan_env(es, target, ids, at=args.at, refused=refused)
+        ids, refused = choose_gates(es, target, wanted, args.all_liftable, args.force, paths=args.path)
+        if args.all_liftable and not ids:
+            where = f" in files matching {', '.join(args.path)}" if args.path else ""
+            sys.stderr.write(f"liftgate: no liftable loss for {target.name}{where}: nothing to lift\n")
+            return ExitCode.REFUSED
+        plan = plan_env(es, target, ids, at=args.at, refused=refused, partial=args.all_liftable)
     except (SourceError, PlanError, LiftError) as exc:
         return error(str(exc))
+    if args.all_liftable:
+        sys.stderr.write(
+            f"liftgate: {len(ids)} liftable losses for {target.name}: {len(plan.planned)} gates planned"
+            + (f", {len(plan.skipped)} skipped (the lines marked - above)" if plan.skipped else "")
+            + "\n"
+        )
+        if args.strict and plan.skipped:
+            return error(
+                f"--strict: {len(plan.skipped)} gate(s) would be skipped "
+                f"(first: {plan.skipped[0].gate_id}: {plan.skipped[0].reason}); nothing applied"
+            )
     return _show_and_apply(plan, args)
 
 
@@ -231,7 +266,8 @@ def render_plan(plan: Any) -> str:
         if g.via:
             lines.append(f"      (edited at its definition: {g.via})")
     for s in plan.skipped:
-        lines.append(f"  - {s.gate_id}  not lifted: {s.reason}")
+        reason = " ".join(s.reason.split())
+        lines.append(f"  - {s.gate_id}  not lifted: {reason[:300] + '…' if len(reason) > 300 else reason}")
     for n in plan.notes:
         lines.append(f"  note: {n}")
     if plan.verified:

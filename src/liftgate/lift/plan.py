@@ -273,11 +273,15 @@ def plan_lift(
     *,
     at: str = "call-site",
     rescan: Rescan | None = None,
+    partial: bool = False,
 ) -> PatchPlan:
     """Plan the lift of ``gate_ids`` (ids or unique prefixes from ``report``) for ``target``.
 
     ``workspace`` holds the packages' files on disk (a scan's ``report.workspace``). With
-    ``rescan``, edits are re-detected and only verified ones are kept (``verified=True``).
+    ``rescan``, edits are re-detected and only verified ones are kept (``verified=True``): a gate
+    whose edit does not verify is dropped and the rest planned again. Without ``partial`` that
+    happens at most three times before the plan fails as a whole; with it (``lift --all-liftable``)
+    until the plan verifies, each dropped gate skipped with its reason.
     """
     files = workspace.as_mapping()
     if at not in ("call-site", "definition"):
@@ -285,7 +289,8 @@ def plan_lift(
     gates = resolve_ids(report.gates, gate_ids)
     skipped: list[SkippedGate] = []
     rejected: dict[str, str] = {}
-    for _round in range(3):
+    # Each round drops at least one gate, so a partial plan converges within len(gates) + 1 rounds.
+    for _round in range(len(gates) + 1 if partial else 3):
         plan = _plan_once(report, gates, target, files, at, skipped, rejected)
         if rescan is None or not plan.files:
             return plan
@@ -295,7 +300,7 @@ def plan_lift(
                 plan.lift_id, target, plan.planned, plan.skipped, plan.files,
                 (*plan.notes, *notes), verified=True,
             )  # fmt: skip
-        rejected.update(problems)
+        rejected.update({k: f"did not verify: {v}" if partial else v for k, v in problems.items()})
     raise PlanError(
         "the plan did not verify after three rounds: " + "; ".join(f"{k}: {v}" for k, v in rejected.items())
     )

@@ -14,9 +14,11 @@ import re
 import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from typing import Any
 
 from liftgate.arch.core import Arch
+from liftgate.evaluate import Outcomes
 from liftgate.lift.caches import CacheMover, shadowing_packages
 from liftgate.lift.journal import Journal, LiftError, atomic_write, prefix_for
 from liftgate.lift.plan import (
@@ -142,12 +144,31 @@ def judge_env(
 
 
 def choose_gates(
-    es: EnvScan, target: Arch, gate_ids: Sequence[str], all_liftable: bool, force: bool
+    es: EnvScan,
+    target: Arch,
+    gate_ids: Sequence[str],
+    all_liftable: bool,
+    force: bool,
+    paths: Sequence[str] = (),
 ) -> tuple[list[str], list[SkippedGate]]:
-    """The gate ids to plan, and those refused because the judge says they are blocked."""
+    """The gate ids to plan, and those refused because the judge says they are blocked.
+
+    ``all_liftable`` takes every gate judged liftable whose outcome for ``target`` is a loss
+    (`liftgate.evaluate.Outcomes`): never an alternative, where lifting would replace the target's
+    own or newer path with an older one; ``paths`` (fnmatch patterns) narrow it to those files."""
     index = es.report.verdict_index()
     if all_liftable:
-        ids = [v.gate_id for v in es.report.verdicts if v.target == target and v.kind is VerdictKind.LIFTABLE]
+        outcomes = Outcomes(es.report.gates)
+        by_id = {g.id: g for g in es.report.gates}
+        ids = [
+            v.gate_id
+            for v in es.report.verdicts
+            if v.target == target
+            and v.kind is VerdictKind.LIFTABLE
+            and v.gate_id in by_id
+            and outcomes.of(by_id[v.gate_id], target).loss
+            and (not paths or any(fnmatchcase(by_id[v.gate_id].location.path, p) for p in paths))
+        ]
         return list(dict.fromkeys(ids)), []
     chosen, refused = [], []
     from liftgate.lift.plan import resolve_ids
@@ -220,8 +241,13 @@ def plan_env(
     *,
     at: str = "call-site",
     refused: Sequence[SkippedGate] = (),
+    partial: bool = False,
 ) -> PatchPlan:
-    plan = _inside_env(plan_lift(es.report, gate_ids, target, es.workspace, at=at, rescan=es.rescan), es.env)
+    """The plan for ``gate_ids`` in the environment; ``partial``: gates whose edits do not verify
+    are skipped, each with its reason, and the rest is planned (`liftgate.lift.plan.plan_lift`)."""
+    plan = _inside_env(
+        plan_lift(es.report, gate_ids, target, es.workspace, at=at, rescan=es.rescan, partial=partial), es.env
+    )
     notes = list(plan.notes)
     installed = [(p.name, p.version) for p in es.report.packages]
     notes.extend(shadowing_packages(installed, plan.packages()))
