@@ -1,10 +1,13 @@
 """Gates across two releases (or environments): "has upstream already opened this?"
 
 Gates are matched by identity first (`liftgate.model.gate_id`: package, path, normalised
-condition, scope, occurrence — no line numbers). A gate whose condition changed has a new id, so
-the ones left are matched within the same file and kind: at the same line, then in order of
-appearance (difflib's alignment of the two files' gate sequences). For each target a matched
-gate is ``opened`` (it now admits the target), ``closed`` (it no longer does), ``changed`` (its
+condition, scope, occurrence — no line numbers) when they gate the same thing
+(`liftgate.evaluate.feature_of`: a build gate's JIT module or CMake target). A gate whose condition
+changed has a new id, so the ones left are matched by what they build (the same JIT module in both
+releases, wherever it moved), then within the same file and kind: at the same line, then in order
+of appearance (difflib's alignment of the two files' gate sequences). Admitted sets are read in the
+feature's direction (a deny-list guard admits what it lets through), so for each target a matched
+gate is ``opened`` (the path became available), ``closed`` (it no longer is), ``changed`` (its
 condition or admitted set changed, not for this target) or unchanged; the rest are ``added`` or
 ``removed``. Pure: two reports in, rows out.
 """
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from liftgate.arch.core import Arch
+from liftgate.evaluate import feature_of
 from liftgate.model import Gate, Report, Status
 
 
@@ -40,13 +44,21 @@ class GateChange:
     target: Arch
     before: Gate | None
     after: Gate | None
-    matched_by: str  # "id", "line", "order", or "" for added/removed
+    matched_by: str  # "id", "feature", "line", "order", or "" for added/removed
 
     @property
     def gate(self) -> Gate:
         g = self.after or self.before
         assert g is not None
         return g
+
+
+def _built(g: Gate) -> bool:
+    return feature_of(g) != g.location.path
+
+
+def _feature_key(g: Gate) -> tuple[str, str, str]:
+    return (g.location.package.lower(), g.kind.value, feature_of(g))
 
 
 def _file_key(g: Gate) -> tuple[str, str, str]:
@@ -63,12 +75,29 @@ def match(
     used: set[str] = set()
     for g in before:
         other = by_id.get(g.id)
-        if other is not None and other.id not in used:
+        if other is not None and other.id not in used and feature_of(other) == feature_of(g):
             pairs.append((g, other, "id"))
             used.add(other.id)
         else:
             left.append(g)
     right = [g for g in after if g.id not in used]
+    # What a build gate builds names it better than its text: the same JIT module or CMake target in
+    # both releases is the same gate, wherever it moved and whatever its arch list became.
+    by_feature_l: dict[tuple[str, str, str], list[Gate]] = {}
+    by_feature_r: dict[tuple[str, str, str], list[Gate]] = {}
+    for g in left:
+        if _built(g):
+            by_feature_l.setdefault(_feature_key(g), []).append(g)
+    for g in right:
+        if _built(g):
+            by_feature_r.setdefault(_feature_key(g), []).append(g)
+    paired: set[int] = set()
+    for key in sorted(set(by_feature_l) & set(by_feature_r)):
+        for old, new in zip(by_feature_l[key], by_feature_r[key], strict=False):
+            pairs.append((old, new, "feature"))
+            paired |= {id(old), id(new)}
+    left = [g for g in left if id(g) not in paired]
+    right = [g for g in right if id(g) not in paired]
     groups_l: dict[tuple[str, str, str], list[Gate]] = {}
     groups_r: dict[tuple[str, str, str], list[Gate]] = {}
     for g in left:
