@@ -22,7 +22,8 @@ from liftgate.arch.core import Arch, ArchSet, universe
 from liftgate.detect.interface import Detection
 from liftgate.detect.pybuild import PY_BUILD_PREFILTER, detect_py_build
 from liftgate.detect.runtime_arch import archs_for_capabilities, archs_for_majors
-from liftgate.model import Confidence, ElseKind, Gate, GateKind, Span
+from liftgate.evaluate import Outcomes
+from liftgate.model import Confidence, ElseKind, Gate, GateKind, Outcome, Span, SwitchKind
 from liftgate.sources import Package, resolve_sources
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pybuild" / "jit_build.py"
@@ -80,7 +81,7 @@ def test_fixture_markers() -> None:
     assert found == expected
     for gate in detection.gates:
         assert "# not a gate" not in lines[gate.location.line - 1], gate.condition
-    assert len(expected) == 12  # the marks themselves are all read
+    assert len(expected) == 11  # the marks themselves are all read
 
 
 def test_prefilter_passes_every_file_with_a_gate_and_drops_plain_python() -> None:
@@ -580,11 +581,6 @@ def test_not_arch_list_gates(source: str) -> None:
     ("source", "expected", "variable"),
     [
         ('if os.environ.get("ENABLE_SM120"):\n    pass\n', archs_for_capabilities([(12, 0)]), "ENABLE_SM120"),
-        (
-            'if os.getenv("FLASHINFER_ENABLE_SM90", "1") == "1":\n    pass\n',
-            archs_for_capabilities([(9, 0)]),
-            "FLASHINFER_ENABLE_SM90",
-        ),
         ('if "ENABLE_SM100" in os.environ:\n    pass\n', archs_for_capabilities([(10, 0)]), "ENABLE_SM100"),
         ("if envs.SGLANG_ENABLE_SM90A.get():\n    pass\n", archs("sm_90a"), "SGLANG_ENABLE_SM90A"),
         (
@@ -601,11 +597,33 @@ def test_not_arch_list_gates(source: str) -> None:
     ],
 )
 def test_env_switches(source: str, expected: ArchSet, variable: str) -> None:
+    """Off for every target until set (issue 19): the name says which kernels the switch is for,
+    never whether it is set."""
     gate = one_gate(source, "env-switch")
-    assert gate.admitted == expected
+    assert gate.admitted == ArchSet.none() and gate.unknown == ArchSet.none()
+    (switch,) = gate.switches
+    assert (switch.name, switch.kind, switch.setting) == (variable, SwitchKind.ENVIRONMENT, f"{variable}=1")
+    assert switch.admitted == expected
     assert gate.confidence is Confidence.INFERRED
-    assert gate.depends_on == (f"{variable} (environment)",)
+    assert gate.depends_on == (f"{variable} (environment, unset by default)",)
     assert gate.else_kind is ElseKind.NONE
+    outcomes = Outcomes([gate])
+    for arch in expected:
+        reading = outcomes.of(gate, arch)
+        assert (reading.outcome, reading.loss) == (Outcome.OFF, True)
+        assert f"{variable}=1" in reading.text
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'if os.getenv("FLASHINFER_ENABLE_SM90", "1") == "1":\n    pass\n',
+        'if "DISABLE_SM90" in os.environ:\n    pass\n',
+        'if "ENABLE_SM120" not in os.environ:\n    pass\n',
+    ],
+)
+def test_switches_on_by_default_are_no_gates(source: str) -> None:
+    assert [g for g in detect_py_build("p", "1", "p/x.py", source).gates if g.directive == "env-switch"] == []
 
 
 def test_env_switch_in_an_if_knows_its_branches() -> None:
@@ -727,7 +745,8 @@ def test_never_raises(parts: list[str] | str) -> None:
     detection = detect_py_build("pkg", None, PATH, text)
     assert isinstance(detection, Detection)
     for gate in detection.gates:
-        assert gate.admitted, gate.condition
+        # a gate admits something, or a switch off by default would let something in
+        assert gate.admitted or any(s.admitted for s in gate.switches), gate.condition
         assert gate.location.span.start <= gate.location.span.end
 
 

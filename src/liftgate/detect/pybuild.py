@@ -49,7 +49,7 @@ from liftgate.detect.pybuild_syntax import (
 )
 from liftgate.detect.pybuild_targets import arch_list_targets, env_list_targets
 from liftgate.detect.runtime_arch import archs_for_capabilities, archs_for_majors
-from liftgate.model import Confidence, ElseKind, Evidence, Skip, Span
+from liftgate.model import Confidence, ElseKind, Evidence, Skip, Span, Switch, SwitchKind
 
 # Arch-list names: the last words of a variable or keyword (``supported_archs``, ``SM_ARCHS``,
 # ``compute_capabilities``), in lower or upper case. Kept narrow on purpose: ``architectures``
@@ -128,6 +128,9 @@ def detect_py_build(
         return Detection(
             skips=(not_analysed(path, package, exc, "py-build analysis failed", "please report this file"),)
         )
+
+
+_TRUTHY = frozenset({"1", "true", "yes", "on", "y", "t"})
 
 
 def _is_environ(node: ast.expr) -> bool:
@@ -504,12 +507,14 @@ class _FileScan(FlagGroups):
         key = self._env_key(call.args[0])
         if key is None:
             return
+        default = call_argument(call, 1, "default")
         if key in _ARCH_LIST_ENV_VARS:
-            default = call_argument(call, 1, "default")
             if default is not None:
                 self._arch_list_env(call, key, default, "defaults to")
             return
-        self._env_switch(call, key)
+        # os.getenv("FLASHINFER_ENABLE_SM90", "1"): on unless someone turns it off, so no gate.
+        on_by_default = isinstance(default, ast.Constant) and str(default.value).strip().lower() in _TRUTHY
+        self._env_switch(call, key, unless_set=on_by_default)
 
     def _environ_subscript(self, node: ast.Subscript) -> None:
         if isinstance(node.ctx, ast.Load) and _is_environ(node.value):
@@ -525,7 +530,7 @@ class _FileScan(FlagGroups):
         ):
             key = self._env_key(node.left)
             if key is not None:
-                self._env_switch(node, key)
+                self._env_switch(node, key, unless_set=isinstance(node.ops[0], ast.NotIn))
 
     def _env_attribute(self, node: ast.Attribute) -> None:
         """``envs.SGLANG_ENABLE_SM100``: a switch read through a settings module."""
@@ -535,31 +540,42 @@ class _FileScan(FlagGroups):
         if receiver is not None and "env" in receiver.rsplit(".", 1)[-1].lower():
             self._env_switch(node, node.attr)
 
-    def _env_switch(self, node: ast.AST, variable: str) -> None:
+    def _env_switch(self, node: ast.AST, variable: str, *, unless_set: bool = False) -> None:
+        """A switch read from the environment: the path behind it is off until someone sets it, for
+        every target (its name only says which kernels it is for, never whether it is set). A switch
+        that turns kernels off (``DISABLE_SM90``, ``"X" not in os.environ``) leaves them on by default
+        and is no gate."""
         for pattern in _ENV_SWITCH_PATTERNS:
             match = pattern.search(variable)
             if match is not None:
                 break
         else:
             return
+        if unless_set or "DISABLE" in variable.upper():
+            return
         number, variant = match.group(1), match.group(2).lower()
         try:
             arch = resolve_arch(f"sm_{number}{variant}").arch
         except UnknownArchError:
             return
-        admitted = ArchSet([arch]) if variant else archs_for_capabilities([arch.cc])
+        named = ArchSet([arch]) if variant else archs_for_capabilities([arch.cc])
+        setting = f"{variable}=1"
         draft = Draft(
             node=node,
             span=node_span(node),
             directive="env-switch",
-            admitted=admitted,
+            admitted=ArchSet.none(),
             confidence=Confidence.INFERRED,
             evidence=[
                 Evidence(
-                    f"the environment switch {variable} names {arch.name}", self.path, node_span(node).start
+                    f"off unless the environment variable {variable} is set ({setting}); its name says it is "
+                    f"for {arch.name}",
+                    self.path,
+                    node_span(node).start,
                 )
             ],
-            depends_on=(f"{variable} (environment)",),
+            depends_on=(f"{variable} (environment, unset by default)",),
+            switches=(Switch(variable, SwitchKind.ENVIRONMENT, setting, named, ArchSet.none()),),
         )
         branch = self._if_of(node)
         if branch is not None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from liftgate.arch.core import ArchSet
 from liftgate.detect.interface import GateSink
 from liftgate.detect.pybuild_builds import BuildCalls
-from liftgate.model import Confidence, ElseKind, Evidence, Gate, GateKind, Skip, Span
+from liftgate.model import Confidence, ElseKind, Evidence, Gate, GateKind, Skip, Span, Switch
 
 
 def _position(node: ast.AST) -> tuple[int, int]:
@@ -32,6 +32,7 @@ class Draft:
     else_span: Span | None = None
     condition: str | None = None  # when the construct is not one node (a dict entry)
     normalized: str | None = None
+    switches: tuple[Switch, ...] = ()  # an environment switch off by default that would open it
 
 
 class GateDrafts(BuildCalls):
@@ -63,5 +64,6 @@ class GateDrafts(BuildCalls):
                 depends_on=draft.depends_on,
                 directive=draft.directive,
                 builds=tuple(dict.fromkeys(self.built[e] for e in evidence if e in self.built)),
+                switches=draft.switches,
             )
         return tuple(sink.gates)
