@@ -3,6 +3,7 @@ that means for the target, read in the direction of the path the gate guards (`O
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -30,9 +31,12 @@ def feature_of(gate: Gate) -> str:
     build gate builds (``JIT module trtllm_comm``), else the file the gated code is in."""
     if gate.kind in (GateKind.PY_BUILD, GateKind.CMAKE):
         for build in gate.builds:
-            if build.name:
+            if build.name and _NAME.fullmatch(build.name):  # not an arch list a CMake block is built for
                 return f"{build.what} {build.name}"
     return gate.location.path
+
+
+_NAME = re.compile(r"[A-Za-z_][\w.+-]*")
 
 
 def _oldest(archs: ArchSet) -> tuple[int, int] | None:

@@ -10,6 +10,8 @@ A gate inside ``#if defined ENABLE_X`` carries the build macros (``ENABLE_X``) a
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -45,13 +47,22 @@ class GateEmitter:
     enclosing: list[str] = field(default_factory=list)  # ids of the host gates around the statement
     seen: set[tuple[str, int, int, str]] = field(default_factory=set)
     sink: GateSink = field(init=False)
+    # An if's else branch that is an if (``else if``) -> the line of the chain's first if.
+    chain_heads: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.sink = GateSink(GateKind.CPP_RUNTIME, self.package, self.version, self.path)
 
     @property
     def gates(self) -> list[Gate]:
-        return self.sink.gates
+        """The file's gates; a branch of an if/else-if chain names the chain (`Gate.dispatch`) only
+        where another branch of it is a gate too."""
+        gates = self.sink.gates
+        counts = Counter(g.dispatch for g in gates if g.dispatch is not None)
+        return [
+            dataclasses.replace(g, dispatch=None) if g.dispatch is not None and counts[g.dispatch] < 2 else g
+            for g in gates
+        ]
 
     def _emit(
         self,
@@ -69,6 +80,7 @@ class GateEmitter:
         region: int,
         extra: Iterable[Evidence] = (),
         text: str | None = None,
+        dispatch: int | None = None,
     ) -> str | None:
         key = (frame.fdef.qualname, frame.fdef.line, cond_node.start, directive)
         if key in self.seen:
@@ -139,6 +151,7 @@ class GateEmitter:
             enclosing=tuple(dict.fromkeys([*pp_ids, *enclosing])),
             build_macros=tuple(dict.fromkeys(build_macros)),
             reach=reach,
+            dispatch=dispatch,
         )
         return gid
 
@@ -156,6 +169,10 @@ class GateEmitter:
         else_span = Span(other.line, other.end_line) if other is not None else None
         extra: list[Evidence] = []
         invert = False
+        head = self.chain_heads.get(id(stmt))
+        if other is not None and other.kind == "if":
+            head = head if head is not None else stmt.line
+            self.chain_heads[id(other)] = head
         if other is not None:
             if is_failure(other, toks):
                 else_kind = ElseKind.ERROR
@@ -205,6 +222,7 @@ class GateEmitter:
             else_span=else_span,
             region=region,
             extra=extra,
+            dispatch=head,
         )
 
     def check_statement(

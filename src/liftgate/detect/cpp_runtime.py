@@ -110,7 +110,7 @@ def detect_cpp_runtime(
             interp.parametric_calls = calls
             _walk(interp, fdef, sink, skips, path, package)
         for fdef, args, site in calls.values():  # the file's functions called with the capability
-            sink.gates.extend(_instantiate(index, fdef, args, site, table, package, version, path, sink))
+            sink.sink.gates.extend(_instantiate(index, fdef, args, site, table, package, version, path, sink))
     finally:
         forget_tables()
     return Detection(tuple(sink.gates), tuple(skips))

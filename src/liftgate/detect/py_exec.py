@@ -25,7 +25,7 @@ from liftgate.detect.py_domain import (
     reached,
 )
 from liftgate.detect.py_eval import Evaluator
-from liftgate.detect.py_gates import block_span, is_guard, raises, terminates
+from liftgate.detect.py_gates import block_span, denies, is_guard, raises, terminates
 from liftgate.detect.py_scope import Frame
 from liftgate.detect.pyvalues import (
     AV,
@@ -51,7 +51,9 @@ class Executor(Evaluator):
     def exec_block(self, stmts: list[ast.stmt], frame: Frame) -> None:
         depth = len(frame.guards)
         try:
-            for stmt in stmts:
+            for index, stmt in enumerate(stmts):
+                if isinstance(stmt, ast.If):
+                    self._rest_of = (stmt, stmts[index + 1 :])  # what follows it, for `_report_if`
                 self.exec_stmt(stmt, frame)
                 if isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
                     break
@@ -250,6 +252,17 @@ class Executor(Evaluator):
         finally:
             self.assume = saved
 
+    _rest_of: tuple[ast.If, list[ast.stmt]] | None = None
+
+    def _only_denies_after(self, stmt: ast.If) -> bool:
+        """What follows an early-returning ``if`` in its block only turns the path off (``return None``)."""
+        rest = self._rest_of[1] if self._rest_of is not None and self._rest_of[0] is stmt else None
+        if not rest or not denies(rest):
+            return False
+        last = rest[-1]
+        # `return False` after `return True` is a predicate's other value (a fallback), not nothing.
+        return isinstance(last, ast.Return) and (last.value is None or _is_none(last.value))
+
     def _report_if(self, stmt: ast.If, test: AV, frame: Frame, directive: str, head: int | None) -> None:
         assert frame.sink is not None
         is_elif = len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If)
@@ -260,6 +273,8 @@ class Executor(Evaluator):
             guard = False
             if stmt.orelse and not is_elif and raises(stmt.orelse):
                 else_kind = ElseKind.ERROR
+            elif not stmt.orelse and terminates(stmt.body) and self._only_denies_after(stmt):
+                else_kind = ElseKind.NONE  # `if ok: return fast(x)` then `return None`: nothing in its place
             elif (
                 stmt.orelse and not (len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.Pass))
             ) or terminates(stmt.body):
@@ -451,3 +466,7 @@ def _narrow(test: ast.expr, frame: Frame, *, taken: bool) -> None:
         return
     sets = [lane - NONE_SET or lane for lane in value.sets]
     frame.env[test.left.id] = AV(tuple(sets), value.inferred, value.trail, value.deps)
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None

@@ -137,13 +137,17 @@ def feature_losses(
     gates = sorted((g for g in report.gates if options is None or in_scope(g, options)), key=gate_sort_key)
     found: list[FeatureLoss] = []
     for target in distinct_targets(report):
-        groups: dict[tuple[str, str | None, str], list[tuple[Gate, Reading]]] = {}
+        groups: dict[tuple[str, str | None, str, Outcome], list[tuple[Gate, Reading]]] = {}
         for gate in gates:
             reading = outcomes.of(gate, target.arch)
             if listed(reading):
                 loc = gate.location
-                groups.setdefault((loc.package, loc.version, feature_of(gate)), []).append((gate, reading))
-        for (package, version, feature), members in groups.items():
+                # A shut-out and a fallback of one feature are one group (the worst names it); a
+                # switch or an unknown outcome is a group of its own: what to do about it differs.
+                group = Outcome.SHUT_OUT if reading.outcome is Outcome.FALLBACK else reading.outcome
+                key = (loc.package, loc.version, feature_of(gate), group)
+                groups.setdefault(key, []).append((gate, reading))
+        for (package, version, feature, _group), members in groups.items():
             readings = tuple(r for _, r in members)
             outcome = next(o for o in ORDER if any(r.outcome is o for r in readings))
             found.append(
