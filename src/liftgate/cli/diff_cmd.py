@@ -30,8 +30,9 @@ def configure_parser(subparsers: Any) -> None:
         help="gates opened, closed, added, removed or changed between two releases or environments",
         description=(
             "Scan SPEC_A and SPEC_B (NAME==VERSION, a wheel, an sdist, a directory, env:PATH) and match their "
-            "gates by identity (then, for gates whose condition changed, by file, line and order): for each "
-            "--target, which gates the newer one opened or closed, added or removed, or changed."
+            "gates by identity (then by the JIT module or CMake target they build, then, for gates whose "
+            "condition changed, by file, line and order): for each --target, which gates the newer one opened "
+            "(the path became available to it) or closed, added or removed, or changed."
         ),
         epilog="Exit codes: 0 compared, 1 a gate closed for a target (with --fail-on closed), 2 usage or source error.",
     )
