@@ -36,6 +36,11 @@ TARGETS = ("sm_90", "sm_120", "sm_80")
 MARK = re.compile(r"outcome:((?:\s+sm_\d+[af]?=[a-z-]+)+)")
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIFTGATE_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def _marks() -> dict[tuple[str, int], dict[str, str]]:
     marks = {}
     for path in sorted(FIXTURE.rglob("*")):
@@ -222,3 +227,12 @@ def test_diff_reads_the_features_direction(
         [arch],
     )
     assert sorted((c.change.value, c.gate.location.line) for c in changes) == sorted(expected)
+
+
+def test_explain_says_the_outcome(polar_json: dict, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[type-arg]
+    (gate,) = [g for g in polar_json["gates"] if g["condition"] == "cap == (9, 0)"]
+    assert main(["explain", gate["id"], str(FIXTURE), "-t", "sm_120"]) == 0
+    out = capsys.readouterr().out
+    assert "outcome: alternative: sm_120 takes the branch at line" in out
+    assert main(["explain", gate["id"], str(FIXTURE), "-t", "sm_80"]) == 0
+    assert "outcome: fallback — a loss:" in capsys.readouterr().out

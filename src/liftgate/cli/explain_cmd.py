@@ -325,6 +325,10 @@ def render_text(doc: dict[str, Any], color: bool) -> str:
                 f"  (the gate: {entry['status']})" if verdict else "",
             )
         )
+        reading = g.get("outcomes", {}).get(entry["target"])
+        if reading is not None:
+            lost = " — a loss" if reading["loss"] else ""
+            console.print(Text(_wrap(f"  outcome: {reading['outcome']}{lost}: {reading['text']}")))
         choices = entry.get("choices")
         if choices:
             for word, names in (("admit", choices["admit"]), ("exclude", choices["exclude"])):

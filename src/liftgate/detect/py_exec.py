@@ -190,13 +190,15 @@ class Executor(Evaluator):
             self._scan_expression(stmt.test, frame)
 
     def _exec_If(self, stmt: ast.If, frame: Frame, directive: str = "if", head: int | None = None) -> None:
+        # What follows it in its block, read before the test is evaluated (which may walk other functions).
+        rest = self._rest_of[1] if self._rest_of is not None and self._rest_of[0] is stmt else None
         test = self.eval(stmt.test, frame)
         text = frame.module.segment(stmt.test)
         is_elif = len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If)
         if head is None and is_elif:
             head = stmt.lineno  # the first test of an if/elif chain
         if frame.sink is not None:
-            self._report_if(stmt, test, frame, directive, head)
+            self._report_if(stmt, test, frame, directive, head, rest)
             self._scan_expression(stmt.test, frame)
         # The gate is the test read with the non-device facts assumed favourable; the control flow is
         # not: `if backend == "sparse" and not is_sm120: raise` does not stop every non-12.x device,
@@ -254,16 +256,24 @@ class Executor(Evaluator):
 
     _rest_of: tuple[ast.If, list[ast.stmt]] | None = None
 
-    def _only_denies_after(self, stmt: ast.If) -> bool:
+    @staticmethod
+    def _only_denies_after(rest: list[ast.stmt] | None) -> bool:
         """What follows an early-returning ``if`` in its block only turns the path off (``return None``)."""
-        rest = self._rest_of[1] if self._rest_of is not None and self._rest_of[0] is stmt else None
         if not rest or not denies(rest):
             return False
         last = rest[-1]
         # `return False` after `return True` is a predicate's other value (a fallback), not nothing.
         return isinstance(last, ast.Return) and (last.value is None or _is_none(last.value))
 
-    def _report_if(self, stmt: ast.If, test: AV, frame: Frame, directive: str, head: int | None) -> None:
+    def _report_if(
+        self,
+        stmt: ast.If,
+        test: AV,
+        frame: Frame,
+        directive: str,
+        head: int | None,
+        rest: list[ast.stmt] | None,
+    ) -> None:
         assert frame.sink is not None
         is_elif = len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.If)
         guard = is_guard(stmt)
@@ -273,7 +283,7 @@ class Executor(Evaluator):
             guard = False
             if stmt.orelse and not is_elif and raises(stmt.orelse):
                 else_kind = ElseKind.ERROR
-            elif not stmt.orelse and terminates(stmt.body) and self._only_denies_after(stmt):
+            elif not stmt.orelse and terminates(stmt.body) and self._only_denies_after(rest):
                 else_kind = ElseKind.NONE  # `if ok: return fast(x)` then `return None`: nothing in its place
             elif (
                 stmt.orelse and not (len(stmt.orelse) == 1 and isinstance(stmt.orelse[0], ast.Pass))
