@@ -378,7 +378,7 @@ def test_json_validates_against_schema(report: Report, schema: dict[str, Any], s
 
 def test_json_content(report: Report) -> None:
     document = json.loads(render(report, OutputFormat.JSON, RenderOptions(show=Show.ALL)))
-    assert document["schema_version"] == "7"
+    assert document["schema_version"] == "8"
     assert document["tool"] == {"name": "liftgate", "version": "0.0.0+test"}
     assert document["cuda_version"] == "13.0"
     assert document["summary"] == {
@@ -393,6 +393,7 @@ def test_json_content(report: Report) -> None:
                 "losses": 2,
                 "loss_features": 2,
                 "alternatives": 0,
+                "unsafe": 0,
             },
             "sm_90": {
                 "excluded": 1,
@@ -401,6 +402,7 @@ def test_json_content(report: Report) -> None:
                 "losses": 1,
                 "loss_features": 1,
                 "alternatives": 0,
+                "unsafe": 0,
             },
         },
         "elapsed_s": 1.837,

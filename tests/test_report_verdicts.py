@@ -302,10 +302,12 @@ def test_sarif_with_verdicts_is_valid_and_lists_the_hazard_rule_once(judged: Rep
     check_sarif(log)
     rules = log["runs"][0]["tool"]["driver"]["rules"]
     assert [rule["id"] for rule in rules] == [f"liftgate/{kind.value}" for kind in GateKind] + [
-        "liftgate/hazard"
+        "liftgate/hazard",
+        "liftgate/unsafe-admission",
     ]
-    assert rules[-1]["defaultConfiguration"] == {"level": "warning"}
-    assert "liftgate explain GATE_ID" in rules[-1]["help"]["text"]
+    assert rules[-2]["defaultConfiguration"] == {"level": "warning"}
+    assert "liftgate explain GATE_ID" in rules[-2]["help"]["text"]
+    assert rules[-1]["defaultConfiguration"] == {"level": "error"}
     assert len(_sarif(sample_report())["runs"][0]["tool"]["driver"]["rules"]) == len(GateKind)
 
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from liftgate.arch.core import Arch, ArchSet
-from liftgate.model import ElseKind, Finding, Gate, GateKind, Outcome, Reading, Status
+from liftgate.model import ElseKind, Finding, Gate, GateKind, Outcome, Reading, Status, Verdict, VerdictKind
 
 
 def evaluate(gate: Gate, target: Arch) -> Finding:
@@ -62,10 +62,13 @@ class Outcomes:
       ones skip (an **alternative**); else an error or trap (**shut out**), another implementation
       (**fallback**), or nothing (**shut out**).
 
-    A **loss** is a fallback, a shut-out or a switch while some other target gets the path.
+    A **loss** is a fallback, a shut-out or a switch while some other target gets the path. Given
+    the judge's verdicts, a target a gate admits into code that uses what it lacks is **unsafe**.
     """
 
-    def __init__(self, gates: Iterable[Gate]) -> None:
+    def __init__(self, gates: Iterable[Gate], verdicts: Iterable[Verdict] = ()) -> None:
+        # A target a gate admits into code that uses what it lacks (the judge's `unsafe`).
+        self._unsafe = {(v.gate_id, v.target): v for v in verdicts if v.kind is VerdictKind.UNSAFE}
         branches: dict[tuple[str, str | None, str, int], list[Gate]] = defaultdict(list)
         for gate in gates:
             if gate.dispatch is not None:
@@ -104,6 +107,10 @@ class Outcomes:
             return Reading(gate.id, target, outcome, loss, text, via)
 
         if target in gate.admitted:
+            unsafe = self._unsafe.get((gate.id, target))
+            if unsafe is not None:
+                lacks = ", ".join(dict.fromkeys(u.feature for u in unsafe.missing)) or "a feature"
+                return reading(Outcome.UNSAFE, f"{name} gets the path, which uses what it lacks: {lacks}")
             return reading(Outcome.GETS, f"{name} gets the path it guards")
         if target in gate.unknown:
             parts = ", ".join(gate.depends_on) or "something liftgate cannot see"

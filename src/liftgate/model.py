@@ -66,6 +66,7 @@ class Outcome(str, enum.Enum):
     SHUT_OUT = "shut-out"  # nothing in its place: compiled out, an error, a trap
     OFF = "off"  # a switch off by default (an environment variable, a -D) would give it the path
     UNKNOWN = "unknown"  # whether it gets the path depends on something liftgate cannot see
+    UNSAFE = "unsafe"  # it gets the path, which uses a feature it lacks (read from the judge's verdict)
 
 
 class Truth(str, enum.Enum):
@@ -348,13 +349,17 @@ class Finding:
 
 
 class VerdictKind(str, enum.Enum):
-    """Whether the code behind a gate that excludes a target could run there (see `liftgate.judge`)."""
+    """Whether the code behind a gate that excludes a target could run there, or, for a target it
+    admits, whether the code it lets the target into can (see `liftgate.judge`)."""
 
     LIFTABLE = "liftable"  # everything the region needs exists on the target
     BLOCKED = "blocked"  # the region uses a feature the target lacks
     UNKNOWN = (
         "unknown"  # something the region needs could not be seen (an opaque call, a module not followed)
     )
+    # For a target the gate admits: the path it gets uses a feature it lacks (a build failure, an
+    # illegal instruction). Judged only for admitted targets; never a lift candidate.
+    UNSAFE = "unsafe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +396,8 @@ class Hazard:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The judgement of one gate for one target it excludes."""
+    """The judgement of one gate for one target it excludes (liftable, blocked, unknown), or for one
+    it admits into code that uses what the target lacks (unsafe)."""
 
     gate_id: str
     target: Arch

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from liftgate.arch.core import Arch
 from liftgate.model import Chain, ChainLink, Gate, GateKind, Hazard, HazardKind, Status, Verdict, VerdictKind
 
-_RANK = {VerdictKind.LIFTABLE: 0, VerdictKind.UNKNOWN: 1, VerdictKind.BLOCKED: 2}
+_RANK = {VerdictKind.LIFTABLE: 0, VerdictKind.UNKNOWN: 1, VerdictKind.BLOCKED: 2, VerdictKind.UNSAFE: 3}
 
 
 @dataclass(frozen=True, slots=True)

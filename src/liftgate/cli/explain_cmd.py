@@ -354,7 +354,8 @@ def render_text(doc: dict[str, Any], color: bool) -> str:
             )
         region = entry.get("region")
         if region:
-            console.print(f"  region, as {entry['target']} would compile it once lifted:")
+            how = "compiles it today" if entry["status"] == "admitted" else "would compile it once lifted"
+            console.print(f"  region, as {entry['target']} {how}:")
             shown = (
                 region
                 if len(region) <= MAX_REGION_LINES

@@ -25,9 +25,10 @@ from liftgate.model import GateKind
 from liftgate.report.interface import GroupBy, OutputFormat, Show, VerdictFilter
 from liftgate.report.losses import loss_gates
 
-# --fail-on: an outcome (loss), a status (excluded, unknown, any: either) or a verdict (blocked,
-# liftable, hazard).
-FAIL_ON = ("loss", "excluded", "unknown", "any", "blocked", "liftable", "hazard")
+# --fail-on: a verdict on an admission (unsafe), an outcome (loss), a status (excluded, unknown,
+# any: either) or a verdict (blocked, liftable, hazard).
+FAIL_ON = ("unsafe", "loss", "excluded", "unknown", "any", "blocked", "liftable", "hazard")
+VERDICT_FAILS = ("unsafe", "blocked", "liftable", "hazard")
 LONG_TABLE = 40  # rows: a longer table gets the summary line before it as well as after it
 FAIL_ON_SHOWN = 5  # gates the --fail-on line names
 
@@ -88,8 +89,8 @@ def configure_parser(subparsers: Any) -> None:
         action="append",
         choices=choices(VerdictFilter),
         help=(
-            "only gates judged liftable, blocked or unknown for a target, or carrying a hazard for one "
-            "(repeatable; implies judging)"
+            "only gates judged liftable, blocked or unknown for a target, unsafe (admitting one into code "
+            "that uses what it lacks), or carrying a hazard for one (repeatable; implies judging)"
         ),
     )
     p.add_argument(
@@ -113,7 +114,8 @@ def configure_parser(subparsers: Any) -> None:
         "--fail-on",
         choices=FAIL_ON,
         help=(
-            "exit 1 if a listed gate is a loss for a target (loss: a fallback, shut-out or switch where "
+            "exit 1 if a listed gate admits a target into code that uses what it lacks (unsafe), "
+            "is a loss for a target (loss: a fallback, shut-out or switch where "
             "another target gets the path), excludes a target (excluded), is unknown for one (unknown), "
             "either (any), or is judged blocked, liftable, or carries a hazard for one (blocked, liftable, hazard)"
         ),
@@ -196,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
             observer=observer,
             sdist=args.sdist,
         )
-        judge = args.judge or bool(args.verdict) or args.fail_on in ("blocked", "liftable", "hazard")
+        judge = args.judge or bool(args.verdict) or args.fail_on in VERDICT_FAILS
         if judge and report.targets:
             from liftgate.judge.verdict import judge_scan
 
@@ -253,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(summary + "\n")
     if not args.fail_on:
         return ExitCode.OK
-    if args.fail_on in ("blocked", "liftable", "hazard"):
+    if args.fail_on in VERDICT_FAILS:
         hit = {
             v.gate_id
             for v in report.verdicts

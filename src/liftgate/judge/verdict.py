@@ -139,8 +139,12 @@ def _build_context(store: FileStore, paths: list[str], gates: Sequence[Gate], ta
     return ctx
 
 
-def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
-    """The verdict of one gate for one target (the gate is expected to exclude it, or be unknown for it)."""
+def judge_gate(gate: Gate, target: Arch, ctx: PackageContext, admitted: bool = False) -> Verdict:
+    """The verdict of one gate for one target (the gate is expected to exclude it, or be unknown for it).
+
+    ``admitted``: the target gets the path (`judge_admitted`); a build's sources are then read from
+    their own code through the calls it makes, not every function their headers define, since a
+    header's unused definition is no instruction the target runs."""
     catalog = {f.id: f for f in load_catalog()}
     analyzer = ctx.analyzer
     if gate.kind is GateKind.CUDA_PP:
@@ -184,8 +188,12 @@ def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
                 catalog,
                 f"a {what} whose sources are not named or not in the scanned files",
             )
-        facts, notes = _sources_facts(sources, analyzer)
-        scope = "the sources it builds and the package headers they include: " + _listed(sources)
+        facts, notes = _sources_facts(sources, analyzer, through_calls=admitted)
+        scope = (
+            "the sources it builds and what they call: "
+            if admitted
+            else "the sources it builds and the package headers they include: "
+        ) + _listed(sources)
         return _decide(gate, target, facts, catalog, scope, notes=notes)
     if gate.kind is GateKind.CPP_RUNTIME:
         if gate.then_span is None:
@@ -201,7 +209,7 @@ def judge_gate(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict:
         )
         return _decide(gate, target, facts, catalog, scope, silent_hazard=False)
     if gate.kind is GateKind.PY_RUNTIME:
-        return _judge_python(gate, target, ctx, catalog)
+        return _judge_python(gate, target, ctx, catalog, admitted)
     return _not_analysed(
         gate,
         target,
@@ -252,9 +260,30 @@ def _not_analysed(gate: Gate, target: Arch, what: str) -> Verdict:
     return Verdict(gate.id, target, VerdictKind.UNKNOWN, (f"not analysed: {what}",), scope=BEST_EFFORT)
 
 
-def _sources_facts(sources: Sequence[str], analyzer: RegionAnalyzer) -> tuple[RegionFacts, list[str]]:
-    """Features of whole source files and their package headers, as compiled for the target."""
+def _sources_facts(
+    sources: Sequence[str], analyzer: RegionAnalyzer, through_calls: bool = False
+) -> tuple[RegionFacts, list[str]]:
+    """Features of whole source files and their package headers, as compiled for the target.
+
+    ``through_calls``: each source's own lines and what they call (headers only through the calls),
+    for a target that gets the build (an unused header definition is not run)."""
     facts = RegionFacts()
+    if through_calls:
+        for path in sources:
+            info = analyzer.file(path)
+            if info is None:
+                facts.unresolved.setdefault(f"{path} (unreadable)", (path, 0))
+                continue
+            facts.merge(analyzer.analyze(path, 1, len(info.lines), follow=True))
+        # Template and kernel names anywhere in the include closure (UMMA, KernelTmaWarpSpecialized1SmSm100)
+        # say which collectives the sources instantiate, through calls the walk cannot follow; an
+        # instruction in a header counts only where the sources' own code reaches it (an inline
+        # function nobody calls is never emitted).
+        whole, _ = _sources_facts(sources, analyzer)
+        for use in whole.all_uses():
+            if not _INSTRUCTION.match(use.text) and not _LIBRARY.search(use.path):
+                facts.add(use)
+        return facts, []
     still_excluded: list[str] = []
     for path in sources:
         for member in analyzer.closure(path):
@@ -282,6 +311,13 @@ def _sources_facts(sources: Sequence[str], analyzer: RegionAnalyzer) -> tuple[Re
     return facts, notes
 
 
+# A PTX mnemonic as the catalog matches it in inline asm (tcgen05.ld, wgmma.fence, cp.async.bulk).
+_INSTRUCTION = re.compile(r"[a-z][a-z0-9_]*\.[a-z0-9_.:]+")
+# A vendored CUTLASS/CuTe header: it defines every collective and policy (KernelTmaWarpSpecialized in
+# dispatch_policy.hpp), so a name there is a definition, not a sign the sources instantiate it.
+_LIBRARY = re.compile(r"(?:^|/)(?:cutlass|cute)/")
+
+
 def _silent_exclusion(gate: Gate, analyzer: RegionAnalyzer) -> Hazard | None:
     """The hazard of building sources whose gate ``gate`` stays shut: ordering compiled out."""
     span = gate.then_span
@@ -303,7 +339,9 @@ def _silent_exclusion(gate: Gate, analyzer: RegionAnalyzer) -> Hazard | None:
     )
 
 
-def _judge_python(gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[str, Feature]) -> Verdict:
+def _judge_python(
+    gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[str, Feature], admitted: bool = False
+) -> Verdict:
     path = gate.location.path
     functions = ctx.python(path)
     if gate.then_span is not None:
@@ -337,8 +375,10 @@ def _judge_python(gate: Gate, target: Arch, ctx: PackageContext, catalog: dict[s
     reached: list[str] = []
     for name in branch.generators:
         for gen in ctx.generators[name]:
+            if admitted and gen.gate.status(target) is not Status.ADMITTED:
+                continue  # its own build gate keeps the target out of these sources
             if gen.sources:
-                sub, sub_notes = _sources_facts(gen.sources, ctx.analyzer)
+                sub, sub_notes = _sources_facts(gen.sources, ctx.analyzer, through_calls=admitted)
                 facts.merge(sub, via=name)
                 notes.extend(sub_notes)
                 reached.extend(gen.sources)
@@ -509,7 +549,8 @@ def judge_report(
     only: Callable[[Gate], bool] | None = None,
     observer: Observer | None = None,
 ) -> list[Verdict]:
-    """Verdicts for every gate that excludes (or may exclude) one of ``targets``.
+    """Verdicts for every gate that excludes (or may exclude) one of ``targets``, and an ``unsafe``
+    verdict for every gate that admits one into code using a feature it lacks (`judge_admitted`).
 
     ``workspace`` reads the packages' files. ``only`` limits which gates are judged (all gates
     still inform the analysis). ``observer`` is started once with the number of (gate, target)
@@ -527,9 +568,14 @@ def judge_report(
         if not pkg_gates:
             continue
         work: list[tuple[Arch, list[Gate]]] = []
+        by_id = {g.id: g for g in pkg_gates}
         for target in targets:
+            todo = [g for g in pkg_gates if only is None or only(g)]
             todo = [
-                g for g in pkg_gates if g.status(target) is not Status.ADMITTED and (only is None or only(g))
+                g
+                for g in todo
+                if g.status(target) is not Status.ADMITTED
+                or (g.kind in ADMITTED_KINDS and _reached(g, target, by_id))
             ]
             if todo:
                 work.append((target, todo))
@@ -543,9 +589,57 @@ def judge_report(
         for target, todo in work:
             ctx = _build_context(store, paths, pkg_gates, target)
             for g in todo:
-                verdicts.append(judge_gate(g, target, ctx))
+                if g.status(target) is Status.ADMITTED:
+                    found = judge_admitted(g, target, ctx)
+                    if found is not None:
+                        verdicts.append(found)
+                else:
+                    verdicts.append(judge_gate(g, target, ctx))
                 observer.advance(1)
     return verdicts
+
+
+def _reached(gate: Gate, target: Arch, by_id: dict[str, Gate]) -> bool:
+    """Whether ``target`` reaches ``gate`` at all: every gate enclosing it admits the target (an
+    ``#ifndef`` inside ``#if __CUDA_ARCH__ == 900`` admits nothing to sm_120, whatever it says)."""
+    return all(by_id[outer].status(target) is Status.ADMITTED for outer in gate.enclosing if outer in by_id)
+
+
+# The kinds whose admitted path the judge reads: the region a CUDA gate keeps, the sources a build
+# filter or arch list builds, the host branch, the JIT modules a Python branch builds.
+ADMITTED_KINDS = frozenset(
+    {GateKind.CUDA_PP, GateKind.PY_BUILD, GateKind.CMAKE, GateKind.CPP_RUNTIME, GateKind.PY_RUNTIME}
+)
+
+
+def judge_admitted(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict | None:
+    """For a target ``gate`` admits: an ``unsafe`` verdict when the path it lets the target into uses
+    a feature the target lacks (the same region analysis and catalog as for an excluded target, on
+    the code as the target compiles it: nested gates that still keep it out are left out), None
+    when nothing it uses is missing or it could not be read (an admission is not a finding)."""
+    if gate.switches and not gate.admitted:
+        return None  # a switch off by default lets nobody in
+    found = judge_gate(gate, target, ctx, admitted=True)
+    if found.kind is not VerdictKind.BLOCKED:
+        return None
+    catalog = {f.id: f for f in load_catalog()}
+    lacking = {u.feature for u in found.missing}
+    if gate.kind is not GateKind.CUDA_PP and any(
+        arch.cc == target.cc and all(arch in catalog[f].archs for f in lacking) for arch in gate.admitted
+    ):
+        # A build or a device check that admits a variant of the target's capability which has
+        # every missing feature (FlashInfer's JIT compiles sm_100a for a 10.0 device): the build
+        # for that device can have them. Only a preprocessor gate compiles for exactly the target.
+        return None
+    head = (
+        f"{target.name} is admitted here, but the path it gets uses what it lacks: a build failure or an "
+        "illegal instruction, not a fallback"
+    )
+    reasons = tuple(r for r in found.reasons if "judge with --target" not in r)
+    variant = _variant_with(lacking, target, catalog)
+    if variant is not None:
+        reasons += (f"fine for {variant.name}, which has all of these",)
+    return replace(found, kind=VerdictKind.UNSAFE, reasons=(head, *reasons), hazards=())
 
 
 def judge_scan(

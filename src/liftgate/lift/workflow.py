@@ -158,7 +158,7 @@ def choose_gates(
     own or newer path with an older one; ``paths`` (fnmatch patterns) narrow it to those files."""
     index = es.report.verdict_index()
     if all_liftable:
-        outcomes = Outcomes(es.report.gates)
+        outcomes = Outcomes(es.report.gates, es.report.verdicts)
         by_id = {g.id: g for g in es.report.gates}
         ids = [
             v.gate_id

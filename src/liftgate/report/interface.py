@@ -40,6 +40,7 @@ class VerdictFilter(str, enum.Enum):
     LIFTABLE = "liftable"
     BLOCKED = "blocked"
     UNKNOWN = "unknown"
+    UNSAFE = "unsafe"
     HAZARD = "hazard"
 
 

@@ -35,7 +35,7 @@ from liftgate.report.losses import FeatureLoss, feature_losses, loss_counts
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 SCHEMA_RESOURCE = "report.schema.json"
 
 
@@ -83,7 +83,7 @@ def gate_to_dict(
 ) -> dict[str, Any]:
     """One gate as the schema's ``gate`` object, with its status, outcome (and verdict) for each
     distinct target. Pass ``outcomes`` when rendering many gates of one report (it reads siblings)."""
-    outcomes = outcomes or Outcomes(report.gates)
+    outcomes = outcomes or Outcomes(report.gates, report.verdicts)
     loc = gate.location
     found = (
         [verdicts[(gate.id, t.arch)] for t in distinct_targets(report) if (gate.id, t.arch) in verdicts]
@@ -248,12 +248,12 @@ def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
     """The report as plain JSON-ready data, ordered deterministically (package, path, line)."""
     counts = target_counts(report)
     verdicts = report.verdict_index()
-    outcomes = Outcomes(report.gates)
+    outcomes = Outcomes(report.gates, report.verdicts)
     losses = {c.target.arch.name: c for c in loss_counts(report, outcomes=outcomes)}
     summary_verdicts: dict[str, Any] = {}
     if report.verdicts:
         for target in distinct_targets(report):
-            tally = {"liftable": 0, "blocked": 0, "unknown": 0, "hazard": 0}
+            tally = {"liftable": 0, "blocked": 0, "unknown": 0, "unsafe": 0, "hazard": 0}
             for v in report.verdicts:
                 if v.target == target.arch:
                     tally[v.kind.value] += 1
@@ -284,6 +284,7 @@ def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
                     "losses": losses[arch_name].losses,
                     "loss_features": losses[arch_name].features,
                     "alternatives": losses[arch_name].alternatives,
+                    "unsafe": losses[arch_name].unsafe,
                 }
                 for arch_name, c in counts.items()
             },

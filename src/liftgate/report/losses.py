@@ -22,8 +22,9 @@ from liftgate.report.interface import RenderOptions
 from liftgate.report.select import distinct_targets, gate_sort_key, in_scope, missing_features, plural
 
 # The order groups are listed in, worst first; a feature takes the first of its gates' outcomes.
-ORDER = (Outcome.SHUT_OUT, Outcome.FALLBACK, Outcome.OFF, Outcome.UNKNOWN)
+ORDER = (Outcome.UNSAFE, Outcome.SHUT_OUT, Outcome.FALLBACK, Outcome.OFF, Outcome.UNKNOWN)
 HEADINGS = {
+    Outcome.UNSAFE: "unsafe (admitted into code that uses what it lacks: a build failure or an illegal instruction)",
     Outcome.SHUT_OUT: "shut out (nothing in their place: compiled out, an error, a trap, no kernel image)",
     Outcome.FALLBACK: "fallback (a portable or older path the targets that get them are spared)",
     Outcome.OFF: "off until a switch is set",
@@ -72,7 +73,7 @@ class FeatureLoss:
             if not kinds[kind]:
                 continue
             text = f"{kinds[kind]:,} {kind.value}"
-            if kind is VerdictKind.BLOCKED:
+            if kind in (VerdictKind.BLOCKED, VerdictKind.UNSAFE):
                 missing = Counter(f for v in self.verdicts if v.kind is kind for f in missing_features(v))
                 if missing:
                     text += ": " + ", ".join(name for name, _ in missing.most_common(3))
@@ -115,6 +116,7 @@ class FeatureLoss:
 
 
 _WORD = {
+    Outcome.UNSAFE: "unsafe",
     Outcome.SHUT_OUT: "shut out",
     Outcome.FALLBACK: "fallback",
     Outcome.OFF: "off",
@@ -123,8 +125,9 @@ _WORD = {
 
 
 def listed(reading: Reading) -> bool:
-    """Whether a reading belongs in the losses view: a loss, or an outcome liftgate cannot read."""
-    return reading.loss or reading.outcome is Outcome.UNKNOWN
+    """Whether a reading belongs in the losses view: an unsafe admission, a loss, or an outcome
+    liftgate cannot read."""
+    return reading.loss or reading.outcome in (Outcome.UNKNOWN, Outcome.UNSAFE)
 
 
 def feature_losses(
@@ -132,7 +135,7 @@ def feature_losses(
 ) -> list[FeatureLoss]:
     """Every target's losses (and unknown outcomes) in scope, grouped by package and feature:
     targets in the order given, then shut-outs first, then package, version and feature."""
-    outcomes = outcomes or Outcomes(report.gates)
+    outcomes = outcomes or Outcomes(report.gates, report.verdicts)
     verdicts = report.verdict_index() if report.verdicts else {}
     gates = sorted((g for g in report.gates if options is None or in_scope(g, options)), key=gate_sort_key)
     found: list[FeatureLoss] = []
@@ -162,7 +165,7 @@ def feature_losses(
                     tuple(
                         verdicts[(g.id, target.arch)]
                         for g, r in members
-                        if r.loss and (g.id, target.arch) in verdicts
+                        if (r.loss or r.outcome is Outcome.UNSAFE) and (g.id, target.arch) in verdicts
                     ),
                 )
             )
@@ -191,15 +194,22 @@ class LossCounts:
     by_outcome: tuple[tuple[Outcome, int], ...]
     alternatives: int
     unknown: int
+    unsafe: int = 0  # gates that admit it into code using what it lacks (judged scans)
 
     def text(self) -> str:
-        """``sm_120 loses 412 code paths in 38 features (250 shut out, 150 fallback, 12 off)``."""
+        """``sm_121a: 2 unsafe admissions; loses 412 code paths in 38 features (250 shut out, …)``;
+        unsafe admissions first, and only when the judge found one."""
         name = self.target.arch.name
+        head = f"{name}: {plural(self.unsafe, 'unsafe admission')}; " if self.unsafe else f"{name} "
         if not self.losses:
-            return f"{name} loses no code path"
-        parts = ", ".join(f"{n:,} {_WORD[o]}" for o, n in self.by_outcome if n and o is not Outcome.UNKNOWN)
+            return head + "loses no code path"
+        parts = ", ".join(
+            f"{n:,} {_WORD[o]}"
+            for o, n in self.by_outcome
+            if n and o not in (Outcome.UNKNOWN, Outcome.UNSAFE)
+        )
         return (
-            f"{name} loses {plural(self.losses, 'code path')} in {plural(self.features, 'feature')} ({parts})"
+            head + f"loses {plural(self.losses, 'code path')} in {plural(self.features, 'feature')} ({parts})"
         )
 
 
@@ -208,7 +218,7 @@ def loss_counts(
 ) -> list[LossCounts]:
     """Per distinct target: its losses and the features they are in, and how many of the gates in
     scope it skips for an alternative of its own (not losses)."""
-    outcomes = outcomes or Outcomes(report.gates)
+    outcomes = outcomes or Outcomes(report.gates, report.verdicts)
     gates = [g for g in report.gates if options is None or in_scope(g, options)]
     counts = []
     for target in distinct_targets(report):
@@ -223,6 +233,7 @@ def loss_counts(
                 tuple((o, tally[o]) for o in ORDER),
                 sum(1 for r in readings if r.outcome is Outcome.ALTERNATIVE),
                 sum(1 for r in readings if r.outcome is Outcome.UNKNOWN),
+                sum(1 for r in readings if r.outcome is Outcome.UNSAFE),
             )
         )
     return counts
@@ -230,6 +241,6 @@ def loss_counts(
 
 def loss_gates(report: Report, targets: Iterable[Arch], outcomes: Outcomes | None = None) -> list[Gate]:
     """The gates that are a loss for at least one of ``targets`` (`--fail-on loss`, `lift --all-liftable`)."""
-    outcomes = outcomes or Outcomes(report.gates)
+    outcomes = outcomes or Outcomes(report.gates, report.verdicts)
     archs = list(targets)
     return [g for g in report.gates if any(outcomes.of(g, a).loss for a in archs)]

@@ -63,6 +63,7 @@ _VERDICT_CELL = {
     VerdictKind.LIFTABLE: "liftable",
     VerdictKind.BLOCKED: "**blocked**",
     VerdictKind.UNKNOWN: "*unknown*",
+    VerdictKind.UNSAFE: "**unsafe**",
 }
 HAZARD_MARKER = " ⚠ hazard"
 
@@ -113,7 +114,7 @@ def _verdict_cell(verdict: Verdict | None) -> str:
         return ""
     cell = _VERDICT_CELL[verdict.kind]
     missing = missing_features(verdict)
-    if verdict.kind is VerdictKind.BLOCKED and missing:
+    if verdict.kind in (VerdictKind.BLOCKED, VerdictKind.UNSAFE) and missing:
         cell += ": " + ", ".join(code_span(feature) for feature in missing)
     return cell + (HAZARD_MARKER if verdict.hazards else "")
 
@@ -213,9 +214,13 @@ def _verdict_counts_table(report: Report, limit: int | None = None) -> list[str]
     entries = package_verdict_counts(report)
     if not entries:
         return []
-    kinds = list(VerdictKind)
+    unsafe = any(entry.counts.unsafe for entry in entries)
+    kinds = [VerdictKind.LIFTABLE, VerdictKind.BLOCKED, VerdictKind.UNKNOWN]
+    kinds = [VerdictKind.UNSAFE, *kinds] if unsafe else kinds
     lines = [
-        "Verdicts for the gates that exclude a target:",
+        "Verdicts for the gates that exclude a target"
+        + (" (and, unsafe, those that admit one into code using what it lacks)" if unsafe else "")
+        + ":",
         "",
         "| package | target | " + " | ".join(kind.value for kind in kinds) + " |",
         "|" + "|".join("---" for _ in range(2 + len(kinds))) + "|",
@@ -351,7 +356,12 @@ def _skips_block(report: Report, limit: int | None = None) -> list[str]:
     return lines
 
 
-_VERDICT_RANK = {VerdictKind.LIFTABLE: 0, VerdictKind.UNKNOWN: 1, VerdictKind.BLOCKED: 2}
+_VERDICT_RANK = {
+    VerdictKind.UNSAFE: -1,
+    VerdictKind.LIFTABLE: 0,
+    VerdictKind.UNKNOWN: 1,
+    VerdictKind.BLOCKED: 2,
+}
 RANKING = "a hazard first, then liftable, unknown and blocked verdicts, then the gates that exclude the most targets"
 
 

@@ -26,6 +26,7 @@ from liftgate.evaluate import Outcomes
 from liftgate.model import (
     Confidence,
     ElseKind,
+    FeatureUse,
     Gate,
     GateKind,
     Hazard,
@@ -173,6 +174,21 @@ HAZARD_RULE = Rule(
     "hazard",
 )
 HAZARD_RULE_INDEX = len(RULES)  # listed after the gate-kind rules, so their indexes never move
+UNSAFE_RULE = Rule(
+    "liftgate/unsafe-admission",
+    "UnsafeAdmission",
+    "A gate lets a GPU into code that uses a hardware feature the GPU lacks.",
+    "liftgate judged the code a gate admits a target into, as that target compiles it (nested gates "
+    "that keep it out left out), and found a hardware feature the target does not have: the gate is too "
+    "loose. The result is a failed build (ptxas rejects the instruction), an illegal-instruction fault "
+    "at run time, or wrong results, not a fallback. FlashInfer 0.6.6's CUTLASS FMHA filter [10, 11, 12] "
+    "sends sm_120a into tcgen05 kernels; SGLang 0.5.19's DeepGEMM deny-list lets sm_121 through.",
+    "Exclude the target from the gate (narrow the arch list or the condition), or make sure the code it "
+    "reaches has a path for it. `liftgate explain GATE_ID SOURCE --target ARCH` (the command is in each "
+    "result) names each missing feature and where it is used.",
+    "unsafe",
+)
+UNSAFE_RULE_INDEX = len(RULES) + 1
 
 _ELSE_CONSEQUENCE = {
     ElseKind.NONE: "the guarded code is left out for it",
@@ -189,7 +205,7 @@ def _rule_to_dict(rule: Rule) -> dict[str, Any]:
         "fullDescription": {"text": rule.full},
         "help": {"text": rule.help},
         "helpUri": INFORMATION_URI,
-        "defaultConfiguration": {"level": "warning"},
+        "defaultConfiguration": {"level": "error" if rule is UNSAFE_RULE else "warning"},
         "properties": {"tags": ["gpu-architecture", rule.tag]},
     }
 
@@ -346,6 +362,40 @@ def _hazard_key(hazards: tuple[Hazard, ...], index: int) -> str:
     return f"{_HAZARD_CATEGORY[kind]}#{rank}"
 
 
+def _unsafe_result(gate: Gate, target: Target, verdict: Verdict, origins: Origins) -> dict[str, Any]:
+    """A ``liftgate/unsafe-admission`` result (level error): the gate admits the target into code
+    that uses features it lacks, located at the gate, with the first use of each missing feature."""
+    loc = gate.location
+    missing = missing_features(verdict)
+    first: dict[str, FeatureUse] = {}
+    for use in verdict.missing:
+        first.setdefault(use.feature, use)
+    where = "; ".join(f"{u.feature} at {u.path}:{u.line}" for u in first.values())
+    text = (
+        f"`{condition_text(gate)}` admits {target_label(target)} into code that uses what it lacks: {where}. "
+        f"Details: `{explain_command(gate, target, origins)}`."
+    )
+    return {
+        "ruleId": UNSAFE_RULE.id,
+        "ruleIndex": UNSAFE_RULE_INDEX,
+        "level": "error",
+        "message": {"text": text},
+        "locations": [_gate_location(gate)],
+        "partialFingerprints": {FINGERPRINT_KEY: gate.id, TARGET_FINGERPRINT_KEY: target.arch.name},
+        "properties": {
+            "package": loc.package,
+            "version": loc.version,
+            "gateId": gate.id,
+            "target": target.spelling,
+            "arch": target.arch.name,
+            "status": Status.ADMITTED.value,
+            "verdict": verdict.kind.value,
+            "missing": missing,
+            "condition": gate.condition,
+        },
+    }
+
+
 def _hazard_results(
     gate: Gate, target: Target, verdict: Verdict, origins: Origins | None = None
 ) -> list[dict[str, Any]]:
@@ -397,20 +447,22 @@ def report_to_sarif(report: Report, options: RenderOptions) -> dict[str, Any]:
     targets = distinct_targets(report)
     # Verdicts (and the hazard rule) only in a judged report, so that others render as they always did.
     verdicts = report.verdict_index() if report.verdicts else None
-    rules = [*RULES, HAZARD_RULE] if verdicts is not None else list(RULES)
+    rules = [*RULES, HAZARD_RULE, UNSAFE_RULE] if verdicts is not None else list(RULES)
     origins = _origins(report)
     results: list[dict[str, Any]] = []
-    outcomes = Outcomes(report.gates)
+    outcomes = Outcomes(report.gates, report.verdicts)
     for gate in select_gates(report, options):
         for target in targets:
             status = gate.status(target.arch)
+            verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
             if status is Status.ADMITTED:
+                if verdict is not None and verdict.kind is VerdictKind.UNSAFE:
+                    results.append(_unsafe_result(gate, target, verdict, origins))
                 continue
             reading = outcomes.of(gate, target.arch)
             if options.show is Show.LOSSES and not listed(reading):
                 continue  # the default view: an alternative is not a finding
             results.append(_result(gate, target, status, verdicts, report.trace, origins, reading))
-            verdict = None if verdicts is None else verdicts.get((gate.id, target.arch))
             if verdict is not None:
                 results += _hazard_results(gate, target, verdict, origins)
     notifications = [_skip_notification(skip) for skip in sorted(report.skips, key=skip_sort_key)]

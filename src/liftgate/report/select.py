@@ -78,7 +78,8 @@ def _shown(
     if show is Show.LOSSES:
         assert outcomes is not None
         return any(
-            r.loss or r.outcome is Outcome.UNKNOWN for r in (outcomes.of(gate, t.arch) for t in targets)
+            r.loss or r.outcome in (Outcome.UNKNOWN, Outcome.UNSAFE)
+            for r in (outcomes.of(gate, t.arch) for t in targets)
         )
     per_target = statuses(gate, targets)
     if show is Show.EXCLUDED:
@@ -134,7 +135,7 @@ def _verdict_selected(
 def select_gates(report: Report, options: RenderOptions) -> list[Gate]:
     """The gates to show, in report order.
 
-    ``Show.LOSSES`` keeps gates that are a loss for at least one target, or whose outcome is unknown
+    ``Show.LOSSES`` keeps gates that are a loss or an unsafe admission for at least one target, or whose outcome is unknown
     (`liftgate.evaluate.Outcomes`), ``Show.EXCLUDED`` gates that are excluded or unknown for at least one target,
     ``Show.ADMITTED`` those admitted for every target, ``Show.ALL`` everything, ``Show.TRACED``
     those a traced run evaluated (``scan --trace``); ``options.kinds`` then narrows by gate kind,
@@ -146,13 +147,19 @@ def select_gates(report: Report, options: RenderOptions) -> list[Gate]:
     traced = frozenset(g.gate_id for g in report.trace.gates) if report.trace else frozenset()
     wanted = options.verdicts
     verdicts = report.verdict_index() if wanted is not None else {}
-    outcomes = Outcomes(report.gates) if options.show is Show.LOSSES else None
+    outcomes = Outcomes(report.gates, report.verdicts) if options.show is Show.LOSSES else None
+    # An unsafe admission is listed with the exclusions, although it admits the target.
+    unsafe = (
+        {v.gate_id for v in report.verdicts if v.kind is VerdictKind.UNSAFE}
+        if options.show is Show.EXCLUDED
+        else set()
+    )
     return sorted(
         (
             gate
             for gate in report.gates
             if in_scope(gate, options)
-            and _shown(gate, targets, options.show, traced, outcomes)
+            and (_shown(gate, targets, options.show, traced, outcomes) or gate.id in unsafe)
             and (wanted is None or _verdict_selected(gate, targets, verdicts, wanted))
         ),
         key=gate_sort_key,
@@ -273,8 +280,8 @@ def untraced_text(query: UntracedQuery) -> str:
 
 
 def verdict_text(verdict: Verdict) -> str:
-    """``liftable``, ``unknown`` or ``blocked: tcgen05-ld-st, wgmma`` (the missing feature ids)."""
+    """``liftable``, ``unknown``, ``blocked: tcgen05-ld-st, wgmma`` or ``unsafe: tcgen05-mma`` (the missing feature ids)."""
     missing = missing_features(verdict)
-    if verdict.kind is VerdictKind.BLOCKED and missing:
+    if verdict.kind in (VerdictKind.BLOCKED, VerdictKind.UNSAFE) and missing:
         return f"{verdict.kind.value}: {', '.join(missing)}"
     return verdict.kind.value

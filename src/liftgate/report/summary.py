@@ -60,6 +60,8 @@ class VerdictCounts:
     liftable_hazards: int = 0
     blocked_hazards: int = 0
     unknown_hazards: int = 0
+    unsafe: int = 0  # admissions into code that uses what the target lacks
+    unsafe_hazards: int = 0
 
     @classmethod
     def of(cls, verdicts: Iterable[Verdict]) -> VerdictCounts:
@@ -75,15 +77,23 @@ class VerdictCounts:
             liftable_hazards=hazards[VerdictKind.LIFTABLE],
             blocked_hazards=hazards[VerdictKind.BLOCKED],
             unknown_hazards=hazards[VerdictKind.UNKNOWN],
+            unsafe=kinds[VerdictKind.UNSAFE],
+            unsafe_hazards=hazards[VerdictKind.UNSAFE],
         )
 
     @property
     def total(self) -> int:
-        return self.liftable + self.blocked + self.unknown
+        return self.liftable + self.blocked + self.unknown + self.unsafe
+
+    def shown(self) -> list[VerdictKind]:
+        """The kinds a count line names: unsafe first, and only when there is one (an admission
+        is not judged unless it is unsafe), then liftable, blocked and unknown."""
+        rest = [VerdictKind.LIFTABLE, VerdictKind.BLOCKED, VerdictKind.UNKNOWN]
+        return [VerdictKind.UNSAFE, *rest] if self.unsafe else rest
 
     @property
     def with_hazards(self) -> int:
-        return self.liftable_hazards + self.blocked_hazards + self.unknown_hazards
+        return self.liftable_hazards + self.blocked_hazards + self.unknown_hazards + self.unsafe_hazards
 
     def count(self, kind: VerdictKind) -> int:
         return int(getattr(self, kind.value))
@@ -97,8 +107,8 @@ class VerdictCounts:
         return f"{self.count(kind):,} {kind.value}" + (f" ({hazards:,} with hazards)" if hazards else "")
 
     def text(self) -> str:
-        """``274 liftable (13 with hazards), 2,526 blocked, 39 unknown``."""
-        return ", ".join(self.cell(kind) for kind in VerdictKind)
+        """``3 unsafe, 274 liftable (13 with hazards), 2,526 blocked, 39 unknown``."""
+        return ", ".join(self.cell(kind) for kind in self.shown())
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,7 +80,12 @@ _ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
 _TRAILING_BLANKS = re.compile(r"(?:\x1b\[[0-9;]*m| )+$", re.MULTILINE)
 
 STATUS_STYLE = {Status.EXCLUDED: "red", Status.ADMITTED: "green", Status.UNKNOWN: "yellow"}
-VERDICT_STYLE = {VerdictKind.LIFTABLE: "green", VerdictKind.BLOCKED: "red", VerdictKind.UNKNOWN: "yellow"}
+VERDICT_STYLE = {
+    VerdictKind.LIFTABLE: "green",
+    VerdictKind.BLOCKED: "red",
+    VerdictKind.UNKNOWN: "yellow",
+    VerdictKind.UNSAFE: "bold red",
+}
 HAZARD_STYLE = "bold yellow"
 # A terminal gets the sign; a pipe or file gets a word, so that plain output stays ASCII.
 HAZARD_MARKER = {True: " ⚠", False: " (hazard)"}
@@ -462,7 +467,7 @@ def _print_verdict_counts(console: Console, report: Report) -> None:
     console.print(Text("verdicts:", style="bold"))
     for entry in entries:
         line = Text(f"{entry.label} for {entry.target.arch.name}: ")
-        for index, kind in enumerate(VerdictKind):
+        for index, kind in enumerate(entry.counts.shown()):
             if index:
                 line.append(", ")
             line.append(
@@ -566,6 +571,7 @@ def _chains_text(report: Report, options: RenderOptions, console: Console, out: 
 
 
 OUTCOME_STYLE = {
+    Outcome.UNSAFE: "bold red",
     Outcome.SHUT_OUT: "red",
     Outcome.FALLBACK: "magenta",
     Outcome.OFF: "yellow",
@@ -583,7 +589,7 @@ def _verdict_style(feature: FeatureLoss) -> str:
 def _losses_text(report: Report, options: RenderOptions, console: Console) -> None:
     """The default view: per target, the code paths it loses, by outcome and feature, each feature
     with its verdicts and the command that lifts what is liftable (`liftgate.report.losses`)."""
-    outcomes = Outcomes(report.gates)
+    outcomes = Outcomes(report.gates, report.verdicts)
     features = feature_losses(report, options, outcomes)
     counts = {c.target.arch: c for c in loss_counts(report, options, outcomes)}
     for t_index, target in enumerate(distinct_targets(report)):
