@@ -77,7 +77,10 @@ def test_losses_are_what_another_target_gets(polar_json: dict) -> None:  # type:
     for gate in polar_json["gates"]:
         for arch, reading in gate["outcomes"].items():
             lost = reading["outcome"] in ("fallback", "shut-out", "off")
-            assert reading["loss"] == (lost and (bool(gate["admitted"]) or reading["outcome"] == "off")), (
+            reached = "not reached" not in reading["text"]
+            assert reading["loss"] == (
+                lost and reached and (bool(gate["admitted"]) or reading["outcome"] == "off")
+            ), (
                 gate["path"],
                 gate["line"],
                 arch,
@@ -236,3 +239,47 @@ def test_explain_says_the_outcome(polar_json: dict, capsys: pytest.CaptureFixtur
     assert "outcome: alternative: sm_120 takes the branch at line" in out
     assert main(["explain", gate["id"], str(FIXTURE), "-t", "sm_80"]) == 0
     assert "outcome: fallback — a loss:" in capsys.readouterr().out
+
+
+NEWEST_SHUT_OUT = {
+    # Shapes that shut the newest GPUs out on purpose or by omission: never "a path for older GPUs".
+    "pkg/deny.py": (
+        "import torch\n\n\ndef enabled():\n    major, minor = torch.cuda.get_device_capability()\n"
+        "    sm_version = major * 10 + minor\n    if sm_version in (120, 121):\n        return False\n"
+        "    return True\n"
+    ),
+    "pkg/raises.py": (
+        "import torch\n\n\ndef run():\n    if torch.cuda.get_device_capability()[0] >= 12:\n"
+        "        raise NotImplementedError('no')\n    return 1\n"
+    ),
+    "pkg/trap.cuh": "__device__ void f() {\n#if __CUDA_ARCH__ < 1000\n  int x = 1;\n#else\n  __trap();\n#endif\n}\n",
+    "pkg/nested.cuh": (
+        "__device__ void g() {\n#if __CUDA_ARCH__ >= 900\n#if __CUDA_ARCH__ == 900\n  int a = 1;\n#else\n"
+        "  int b = 2;\n#endif\n#endif\n}\n"
+    ),
+}
+
+
+def test_newest_gpus_shut_out_are_losses_and_nested_gates_count_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, text in NEWEST_SHUT_OUT.items():
+        (tmp_path / "rel" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "rel" / name).write_text(text)
+    archs = [parse_target(t) for t in ("sm_120", "sm_80")]
+    report = scan([str(tmp_path / "rel")], archs, use_cache=False)
+    outcomes = Outcomes(report.gates)
+    read = {(g.location.path, g.location.line): g for g in report.gates}
+    sm120, sm80 = archs
+    assert outcomes.of(read[("pkg/deny.py", 7)], sm120).outcome is Outcome.FALLBACK
+    assert outcomes.of(read[("pkg/deny.py", 7)], sm120).loss
+    assert outcomes.of(read[("pkg/raises.py", 5)], sm120).outcome is Outcome.SHUT_OUT
+    assert outcomes.of(read[("pkg/trap.cuh", 2)], sm120).outcome is Outcome.SHUT_OUT
+    # sm_80 never gets past the outer #if: the inner one is no loss of its own.
+    inner = outcomes.of(read[("pkg/nested.cuh", 3)], sm80)
+    assert not inner.loss and "not reached" in inner.text
+    assert outcomes.of(read[("pkg/nested.cuh", 2)], sm80).loss
+    # --fail-on excluded still sees every exclusion, alternatives included, in the losses view.
+    args = ["scan", str(tmp_path / "rel"), "--no-cache", "--no-judge", "-q", "-t", "sm_80"]
+    assert main([*args, "--fail-on", "excluded"]) == 1
+    assert "--fail-on excluded: 2 gates match" in capsys.readouterr().err  # the view lists one

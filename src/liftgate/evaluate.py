@@ -62,7 +62,8 @@ class Outcomes:
       ones skip (an **alternative**); else an error or trap (**shut out**), another implementation
       (**fallback**), or nothing (**shut out**).
 
-    A **loss** is a fallback, a shut-out or a switch while some other target gets the path. Given
+    A **loss** is a fallback or a shut-out while some other target gets the path, or a switch that
+    would give the target the path; never inside an enclosing gate that keeps the target out. Given
     the judge's verdicts, a target a gate admits into code that uses what it lacks is **unsafe**.
     """
 
@@ -70,6 +71,8 @@ class Outcomes:
         # A target a gate admits into code that uses what it lacks (the judge's `unsafe`).
         self._unsafe = {(v.gate_id, v.target): v for v in verdicts if v.kind is VerdictKind.UNSAFE}
         branches: dict[tuple[str, str | None, str, int], list[Gate]] = defaultdict(list)
+        gates = list(gates)
+        self._by_id = {g.id: g for g in gates}
         for gate in gates:
             if gate.dispatch is not None:
                 loc = gate.location
@@ -93,8 +96,27 @@ class Outcomes:
         key = (gate.id, target)
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = self._read(gate, target)
+            found = self._read(gate, target)
+            outer = self._keeps_out(gate, target)
+            if outer is not None and found.loss:
+                # Inside a gate that keeps the target out: it never gets this far, nothing is lost here.
+                found = Reading(
+                    found.gate_id,
+                    target,
+                    found.outcome,
+                    False,
+                    f"{found.text}; not reached: the enclosing gate {outer} keeps {target.name} out",
+                    found.via,
+                )
+            self._memo[key] = found
         return found
+
+    def _keeps_out(self, gate: Gate, target: Arch) -> str | None:
+        for outer in gate.enclosing:
+            other = self._by_id.get(outer)
+            if other is not None and target not in other.admitted and target not in other.unknown:
+                return outer
+        return None
 
     def losses(self, gate: Gate, targets: Iterable[Arch]) -> list[Reading]:
         return [r for r in (self.of(gate, t) for t in targets) if r.loss]
@@ -142,7 +164,14 @@ class Outcomes:
         for other in siblings:
             rest = rest - other.admitted - other.unknown
         newest, oldest_left = _newest(gate.admitted), _oldest(rest)
-        if newest is not None and oldest_left is not None and oldest_left > newest:
+        # A guard (raise, deny-list), an error or trap, a build list or a binary shuts newer GPUs out
+        # on purpose or by omission: only a plain branch can be a path older GPUs need and newer skip.
+        plain = (
+            gate.kind in (GateKind.CUDA_PP, GateKind.PY_RUNTIME, GateKind.CPP_RUNTIME)
+            and gate.else_kind is not ElseKind.ERROR
+            and not (gate.then_span is None and gate.else_span is not None)
+        )
+        if plain and newest is not None and oldest_left is not None and oldest_left > newest:
             return reading(
                 Outcome.ALTERNATIVE,
                 f"a path for older GPUs only: every target it leaves out is newer than those it admits, {name} included",

@@ -317,7 +317,8 @@ def gate_id(
 @dataclass(frozen=True, slots=True)
 class Reading:
     """A gate's outcome for one target (`liftgate.evaluate.Outcomes`): ``loss`` when the target
-    takes a fallback, is shut out or needs a switch while some other target gets the path;
+    takes a fallback or is shut out while some other target gets the path, or a switch would give
+    it the path (and no enclosing gate keeps it out);
     ``via`` the id of the branch of the same dispatch the target takes instead; ``text`` the
     reason in words."""
 

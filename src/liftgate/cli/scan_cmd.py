@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -255,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(summary + "\n")
     if not args.fail_on:
         return ExitCode.OK
+    if args.fail_on not in ("loss", "unsafe") and options.show is Show.LOSSES:
+        # A status or verdict is matched over every gate of the scope, as before the losses view:
+        # an exclusion that is an alternative still excludes.
+        listed = select_gates(report, dataclasses.replace(options, show=Show.EXCLUDED))
     if args.fail_on in VERDICT_FAILS:
         hit = {
             v.gate_id

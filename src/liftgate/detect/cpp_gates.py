@@ -48,7 +48,7 @@ class GateEmitter:
     seen: set[tuple[str, int, int, str]] = field(default_factory=set)
     sink: GateSink = field(init=False)
     # An if's else branch that is an if (``else if``) -> the line of the chain's first if.
-    chain_heads: dict[int, int] = field(default_factory=dict)
+    chain_heads: dict[int, tuple[Stmt, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.sink = GateSink(GateKind.CPP_RUNTIME, self.package, self.version, self.path)
@@ -169,10 +169,11 @@ class GateEmitter:
         else_span = Span(other.line, other.end_line) if other is not None else None
         extra: list[Evidence] = []
         invert = False
-        head = self.chain_heads.get(id(stmt))
+        known = self.chain_heads.get(id(stmt))
+        head = known[1] if known is not None and known[0] is stmt else None
         if other is not None and other.kind == "if":
             head = head if head is not None else stmt.line
-            self.chain_heads[id(other)] = head
+            self.chain_heads[id(other)] = (other, head)  # the statement kept: its id is never reused
         if other is not None:
             if is_failure(other, toks):
                 else_kind = ElseKind.ERROR
@@ -209,6 +210,8 @@ class GateEmitter:
                 )
         else:
             else_kind = ElseKind.NONE
+        if invert:  # a guard: what it guards is the code after it; its body is the exclusion
+            then_span, else_span = None, then_span
         return self._emit(
             interp,
             frame,

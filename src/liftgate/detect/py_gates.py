@@ -276,11 +276,15 @@ def denies(stmts: list[ast.stmt]) -> bool:
     )
 
 
-_TELLING = ("log", "warn", "print", "debug", "info", "error")
+_TELLING_CALLS = frozenset({"print", "warn"})
+_TELLING_METHODS = frozenset(
+    {"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "warning_once", "info_once"}
+)
 
 
 def _tells(stmt: ast.stmt) -> bool:
-    """A statement that only tells: a call of a logger, ``warnings.warn`` or ``print``, or a docstring-like constant."""
+    """A statement that only tells: ``print(…)``, ``warnings.warn(…)``, ``logger.info(…)`` (a logging
+    method on a receiver named like a logger), or a docstring-like constant."""
     if not isinstance(stmt, ast.Expr):
         return False
     value = stmt.value
@@ -289,8 +293,12 @@ def _tells(stmt: ast.stmt) -> bool:
     if not isinstance(value, ast.Call):
         return False
     func = value.func
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    return any(word in name.lower() for word in _TELLING)
+    if isinstance(func, ast.Name):
+        return func.id in _TELLING_CALLS
+    if isinstance(func, ast.Attribute) and func.attr in _TELLING_METHODS:
+        receiver = func.value.attr if isinstance(func.value, ast.Attribute) else getattr(func.value, "id", "")
+        return receiver == "warnings" or "log" in receiver.lower()
+    return False
 
 
 def raises(stmts: list[ast.stmt]) -> bool:

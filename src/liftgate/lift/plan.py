@@ -302,7 +302,8 @@ def plan_lift(
             )  # fmt: skip
         rejected.update({k: f"did not verify: {v}" if partial else v for k, v in problems.items()})
     raise PlanError(
-        "the plan did not verify after three rounds: " + "; ".join(f"{k}: {v}" for k, v in rejected.items())
+        "the plan did not verify after three rounds of dropping the gates whose edits did not: "
+        + "; ".join(f"{k}: {v}" for k, v in rejected.items())
     )
 
 

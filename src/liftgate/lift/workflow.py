@@ -30,7 +30,7 @@ from liftgate.lift.plan import (
     resolve_inside,
     safe_relpath,
 )
-from liftgate.model import Report, Status, VerdictKind
+from liftgate.model import Outcome, Report, Status, VerdictKind
 from liftgate.sources.interface import Observer
 from liftgate.sources.workspace import Workspace
 
@@ -121,7 +121,7 @@ def judge_env(
     es: EnvScan, target: Arch, gate_ids: Collection[str] | None, observer: Observer | None = None
 ) -> EnvScan:
     """``es`` with the verdicts for ``target`` of the gates ``gate_ids`` (None: of every gate that
-    excludes it) added: those `scan` gives with ``judge`` (the same call, the same gates informing
+    excludes it, and every admission found unsafe) added: those `scan` gives with ``judge`` (the same call, the same gates informing
     the analysis), for only the gates a lift needs."""
     from liftgate.judge import verdict
 
@@ -167,6 +167,8 @@ def choose_gates(
             and v.kind is VerdictKind.LIFTABLE
             and v.gate_id in by_id
             and outcomes.of(by_id[v.gate_id], target).loss
+            and outcomes.of(by_id[v.gate_id], target).outcome
+            is not Outcome.OFF  # a switch is set, not edited
             and (not paths or any(fnmatchcase(by_id[v.gate_id].location.path, p) for p in paths))
         ]
         return list(dict.fromkeys(ids)), []

@@ -28,7 +28,8 @@ class Show(str, enum.Enum):
     """Which gates a report shows, judged against every target of the report."""
 
     LOSSES = "losses"  # a loss (or an unknown outcome) for at least one target: what the user came for
-    EXCLUDED = "excluded"  # excluded or unknown for at least one target, alternatives included
+    # excluded or unknown for at least one target, alternatives included (and unsafe admissions)
+    EXCLUDED = "excluded"
     ADMITTED = "admitted"  # admitted for every target
     ALL = "all"
     TRACED = "traced"  # the gates a traced run evaluated (scan --trace)

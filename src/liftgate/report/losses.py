@@ -10,6 +10,7 @@ Markdown outputs and the summary line all read this one list, so they count the 
 
 from __future__ import annotations
 
+import glob
 import shlex
 from collections import Counter
 from collections.abc import Iterable
@@ -110,9 +111,10 @@ class FeatureLoss:
             )
         target = f"-t {shlex.quote(self.target.spelling)}"
         paths = {g.location.path for g in self.gates if g.id in ids}
-        if len(ids) <= MAX_NAMED_IDS or len(paths) != 1:
+        # By path only where the feature is the whole file: --path lifts every liftable loss in it.
+        if len(ids) <= MAX_NAMED_IDS or len(paths) != 1 or self.feature not in paths:
             return f"liftgate lift {' '.join(ids)} {target}"
-        return f"liftgate lift --all-liftable --path {shlex.quote(next(iter(paths)))} {target}"
+        return f"liftgate lift --all-liftable --path {shlex.quote(glob.escape(next(iter(paths))))} {target}"
 
 
 _WORD = {
