@@ -10,8 +10,6 @@ A gate inside ``#if defined ENABLE_X`` carries the build macros (``ENABLE_X``) a
 
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -30,7 +28,7 @@ from liftgate.detect.cpp_interp import Frame, Interpreter, Lanes
 from liftgate.detect.cpp_syntax import Node, Stmt, Tok, node_text
 from liftgate.detect.cpp_values import ARITH, CV, UNK, ccs, lanewise, truth
 from liftgate.detect.cuda import Region
-from liftgate.detect.interface import GateSink
+from liftgate.detect.interface import GateSink, lone_dispatch_cleared
 from liftgate.detect.runtime_arch import archs_for_capabilities
 from liftgate.model import Confidence, ElseKind, Evidence, Gate, GateKind, Span
 
@@ -57,12 +55,7 @@ class GateEmitter:
     def gates(self) -> list[Gate]:
         """The file's gates; a branch of an if/else-if chain names the chain (`Gate.dispatch`) only
         where another branch of it is a gate too."""
-        gates = self.sink.gates
-        counts = Counter(g.dispatch for g in gates if g.dispatch is not None)
-        return [
-            dataclasses.replace(g, dispatch=None) if g.dispatch is not None and counts[g.dispatch] < 2 else g
-            for g in gates
-        ]
+        return lone_dispatch_cleared(self.sink.gates)
 
     def _emit(
         self,

@@ -14,7 +14,9 @@ evidence sentences beside them are for people.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -192,6 +194,16 @@ class GateSink:
         if keep:
             self.gates.append(built)
         return built
+
+
+def lone_dispatch_cleared(gates: Sequence[Gate]) -> list[Gate]:
+    """``gates`` with `Gate.dispatch` kept only where another gate names the same chain: a branch of
+    an if/elif chain is a dispatch branch only when a sibling branch is a gate too."""
+    counts = Counter(g.dispatch for g in gates if g.dispatch is not None)
+    return [
+        dataclasses.replace(g, dispatch=None) if g.dispatch is not None and counts[g.dispatch] < 2 else g
+        for g in gates
+    ]
 
 
 def failure(exc: BaseException) -> str:

@@ -9,12 +9,10 @@ truth differs between capabilities) and reports each condition node once.
 from __future__ import annotations
 
 import ast
-import dataclasses
-from collections import Counter
 from dataclasses import dataclass
 
 from liftgate.arch.core import ArchSet
-from liftgate.detect.interface import GateSink
+from liftgate.detect.interface import GateSink, lone_dispatch_cleared
 from liftgate.detect.py_binding import Module, collapse
 from liftgate.detect.py_choices import Candidate
 from liftgate.detect.pyvalues import AV, Truth3, truth_lanes
@@ -66,12 +64,7 @@ class GateEmitter:
     def gates(self) -> list[Gate]:
         """The module's gates; a branch of an if/elif chain names the chain (`Gate.dispatch`) only
         where another branch of it is a gate too."""
-        gates = self.sink.gates
-        counts = Counter(g.dispatch for g in gates if g.dispatch is not None)
-        return [
-            dataclasses.replace(g, dispatch=None) if g.dispatch is not None and counts[g.dispatch] < 2 else g
-            for g in gates
-        ]
+        return lone_dispatch_cleared(self.sink.gates)
 
     def add(
         self,
