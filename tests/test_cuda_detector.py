@@ -506,3 +506,66 @@ def test_quick_index() -> None:
     assert index.defines == {"MINIKERN_Y"}
     assert {"MINIKERN_X", "__CUDA_ARCH__", "defined"} <= index.condition_idents
     assert not quick_index(b"int main() { return 0; }\n").has_arch
+
+
+# An include cycle: a.h includes b.h, which includes a.h back. Textually, what b.h defines
+# depends on which of the two a file includes first (b.h tests a macro a.h defines only after
+# its #include of b.h). A header's export must not be memoised from inside the cycle, or the
+# second file analysed gets the first one's view.
+CYCLE = {
+    "include/a.h": (
+        '#ifndef A_H\n#define A_H\n#include "b.h"\n'
+        "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n#define HAS_A 1\n#endif\n#endif\n"
+    ),
+    "include/b.h": '#ifndef B_H\n#define B_H\n#include "a.h"\n#ifdef HAS_A\n#define HAS_B 1\n#endif\n#endif\n',
+    "csrc/via_a.cu": '#include "../include/a.h"\n#ifdef HAS_B\nint b;\n#endif\n#ifdef HAS_A\nint a;\n#endif\n',
+    "csrc/via_b.cu": '#include "../include/b.h"\n#ifdef HAS_B\nint b;\n#endif\n#ifdef HAS_A\nint a;\n#endif\n',
+}
+
+
+def _cycle_gates(order: list[str]) -> dict[str, list[tuple[int, list[str]]]]:
+    analyzer = PackageAnalyzer("cycle", None, CYCLE.get, list(CYCLE), CUDA_VERSION)
+    out = {}
+    for path in order:
+        result = analyzer.analyze(path, CYCLE[path])
+        assert not result.skips, result.skips
+        out[path] = [(g.location.line, g.admitted.names()) for g in result.gates]
+    return out
+
+
+def test_include_cycle_exports_do_not_depend_on_the_order_files_are_analysed() -> None:
+    hopper_up = archs(lambda a: a.cuda_arch >= 900)
+    expected = {
+        "csrc/via_a.cu": [(5, hopper_up)],  # HAS_B is never defined when a.h is entered first
+        "csrc/via_b.cu": [(2, hopper_up), (5, hopper_up)],
+    }
+    assert _cycle_gates(["csrc/via_a.cu", "csrc/via_b.cu"]) == expected
+    assert _cycle_gates(["csrc/via_b.cu", "csrc/via_a.cu"]) == expected
+
+
+# A header that includes another only under a condition liftgate cannot decide (CUTLASS's
+# functional.h includes floating_point_nvrtc.h under __CUDACC_RTC__) exports "maybe defined" for
+# what that one defines. Included after the definition is in force, it changes nothing: textually
+# the defining header's guard stops it there. Before, it made cute/arch/mma_sm120.hpp's 77 gates
+# on CUTE_ARCH_F8F6F4_MMA_ENABLED unknown whenever that file was analysed first.
+MAYBE = {
+    "include/config.h": (
+        "#pragma once\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200\n#define F8_ENABLED\n#endif\n"
+    ),
+    "include/other.h": '#pragma once\n#if defined(SOME_BUILD_SETTING)\n#include "config.h"\n#endif\n',
+    "csrc/after.cu": (
+        '#include "../include/config.h"\n#include "../include/other.h"\n'
+        "#if defined(F8_ENABLED)  // gate: sm_120 and up\nint f8;\n#endif\n"
+    ),
+    "csrc/only.cu": '#include "../include/other.h"\n#if defined(F8_ENABLED)  // unknown\nint f8;\n#endif\n',
+}
+
+
+def test_a_maybe_definition_merged_over_the_same_definition_is_no_unknown() -> None:
+    analyzer = PackageAnalyzer("maybe", None, MAYBE.get, list(MAYBE), CUDA_VERSION)
+    after = analyzer.analyze("csrc/after.cu", MAYBE["csrc/after.cu"])
+    (gate,) = after.gates
+    assert gate.admitted.names() == archs(lambda a: a.cuda_arch >= 1200) and not gate.unknown
+    only = analyzer.analyze("csrc/only.cu", MAYBE["csrc/only.cu"])
+    (gate,) = only.gates
+    assert not gate.admitted and gate.unknown  # defined, or not: SOME_BUILD_SETTING decides

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -51,7 +51,9 @@ from liftgate.detect.ppexpr import (
     MacroDef,
     MacroEntry,
     MacroExpander,
+    MaybeDef,
     StepBudget,
+    UnknownEntry,
     evaluate,
     parse_define,
     tokenize,
@@ -142,6 +144,43 @@ def clear_caches() -> None:
 
 
 _EVAL_CACHE_VARIANTS = 4  # macro states remembered per condition text
+
+
+def _has_maybe(stored: Stored) -> bool:
+    if isinstance(stored, tuple):
+        return any(isinstance(e, MaybeDef) for e in stored)
+    return isinstance(stored, MaybeDef)
+
+
+def _with(cur: MacroEntry, definition: MacroDef, untouched: bool) -> MacroEntry:
+    """A macro that is ``cur``, or else defined as ``definition``."""
+    if cur is definition or (isinstance(cur, MacroDef) and cur.same_as(definition)):
+        return cur
+    if isinstance(cur, MaybeDef) and cur.definition.same_as(definition):
+        return cur
+    if cur is None and untouched:
+        return MaybeDef(definition)
+    return UNKNOWN_MACRO
+
+
+def _settle(cur: MacroEntry, new: MacroEntry, active: Tri, untouched: bool) -> MacroEntry:
+    """One lane of a macro that is ``cur`` and is set to ``new`` where ``active`` holds.
+
+    ``new`` may be a `MaybeDef` (from a header's export: its definition, or as it was).
+    ``untouched``: nothing in this walk set the macro yet; in a header walked from a clean state
+    that stands for whatever its includers have.
+    """
+    if active is F:
+        return cur
+    if isinstance(new, MaybeDef):
+        return _with(cur, new.definition, untouched)
+    if active is T or cur is new:
+        return new
+    if isinstance(cur, MacroDef) and cur.same_as(new):
+        return cur
+    if isinstance(new, MacroDef):
+        return _with(cur, new, untouched)
+    return UNKNOWN_MACRO
 
 
 def _kind(vec: Vec) -> Tri:
@@ -468,7 +507,7 @@ class Walker:
 
     def _set(self, name: str, new: Stored, active: Vec) -> None:
         kind = _kind(active)
-        if kind is T:
+        if kind is T and not _has_maybe(new):
             self.table[name] = new
             return
         if kind is F:
@@ -476,23 +515,15 @@ class Walker:
         current = self.stored(name)
         if current is new:
             return
+        untouched = name not in self.table  # in a header walked from a clean state: as includers have it
         if not isinstance(current, tuple) and not isinstance(new, tuple):
-            same = isinstance(current, MacroDef) and current.same_as(new)
-            if same:
-                return
-            entries = [new if a is T else (current if a is F else UNKNOWN_MACRO) for a in active]
+            entries = [_settle(current, new, a, untouched) for a in active]
         else:
             entries = []
             for lane, a in enumerate(active):
                 cur = current[lane] if isinstance(current, tuple) else current
                 nxt = new[lane] if isinstance(new, tuple) else new
-                if a is T:
-                    entries.append(nxt)
-                elif a is F:
-                    entries.append(cur)
-                else:
-                    same = cur is nxt or (isinstance(cur, MacroDef) and cur.same_as(nxt))
-                    entries.append(cur if same else UNKNOWN_MACRO)
+                entries.append(_settle(cur, nxt, a, untouched))
         first = entries[0]
         self.table[name] = first if all(e is first for e in entries) else tuple(entries)
 
@@ -572,7 +603,7 @@ class Walker:
         out: list[Tri] = []
         for lane in range(self.n):
             e = self.entry(name, lane)
-            out.append(U if e is UNKNOWN_MACRO else e is not None)
+            out.append(U if isinstance(e, UnknownEntry) else e is not None)
         return tuple(out)
 
     # -- walking -----------------------------------------------------------
@@ -743,7 +774,7 @@ class Walker:
         frame.active = _and(frame.parent, effective)
         branch = Branch(keyword, text, line, end_line, effective)
         branch.build_macros = tuple(
-            sorted(n for n in touched if self.stored(n) is UNKNOWN_MACRO or n in self.flags)
+            sorted(n for n in touched if isinstance(self.stored(n), UnknownEntry) or n in self.flags)
         )
         frame.new_branch(branch)
         reason: str | None = None
@@ -896,9 +927,9 @@ class Walker:
                 depends.append(
                     f"{name} = {shown} (assumed for CUDA {self.cuda_version[0]}.{self.cuda_version[1]})"
                 )
-            elif value is UNKNOWN_MACRO and name in _FEATURE_TESTS:
+            elif isinstance(value, UnknownEntry) and name in _FEATURE_TESTS:
                 depends.append(f"{name}(…) (a compiler feature test; its answer depends on the toolchain)")
-            elif value is UNKNOWN_MACRO:
+            elif isinstance(value, UnknownEntry):
                 depends.append(f"{name} (not defined in this file or its includes; set by the build?)")
             elif value is None and name not in self.local_names and self._assumed_undefined(name):
                 depends.append(
@@ -913,7 +944,7 @@ class Walker:
                     why = f"under {context}" if context else "unconditionally"
                     evidence.append(Evidence(f"{name} is defined {why}", path, line))
                     macros.append(MacroOrigin(name, path, line, context))
-                if any(e is UNKNOWN_MACRO for e in value):
+                if any(isinstance(e, UnknownEntry) for e in value):
                     depends.append(
                         f"{name} (defined only under conditions liftgate cannot decide for some targets)"
                     )
@@ -1084,13 +1115,8 @@ class Walker:
         """The package header an #include in force names, if any."""
         if _kind(self.active()) is F:
             return None
-        text = text.strip()
-        if not text or text[0] not in '<"':
-            return None  # a computed include; liftgate does not expand those
-        close = text.find(">" if text[0] == "<" else '"', 1)
-        if close < 0:
-            return None
-        return self.resolve_include(self.path, text[1:close], text[0] == "<")
+        name = include_name(text)
+        return None if name is None else self.resolve_include(self.path, *name)
 
     def _merge_include(self, export: HeaderExport) -> None:
         self.include_height = max(self.include_height, export.height)
@@ -1100,7 +1126,11 @@ class Walker:
         # define one, the macro is undefined rather than unknown.
         self.local_names.update(export.names)
         if _kind(active) is T:
-            self.table.update(export.table)
+            for macro, stored in export.table.items():
+                if _has_maybe(stored):
+                    self._set(macro, stored, active)
+                else:
+                    self.table[macro] = stored
             return
         # Included for some targets only: the evidence says under which condition it comes in.
         context = self._context()
@@ -1158,6 +1188,8 @@ def _without_static_asserts(code: str) -> str:
 
 def _recontext(stored: Stored, context: str) -> Stored:
     def one(entry: MacroEntry) -> MacroEntry:
+        if isinstance(entry, MaybeDef) and context:
+            return MaybeDef(one(entry.definition))  # type: ignore[arg-type]
         if not isinstance(entry, MacroDef) or not context:
             return entry
         joined = _and_context(context, entry.context) if entry.context else context
@@ -1290,6 +1322,18 @@ def host_regions(
 _NOT_COMPILED = [Region(1, False, ())]  # the regions of a file whose gates are not reported
 
 
+def include_name(text: str) -> tuple[str, bool] | None:
+    """The name an #include directive's text gives, and whether in angle brackets; None for a
+    computed include (liftgate does not expand those)."""
+    text = text.strip()
+    if not text or text[0] not in '<"':
+        return None
+    close = text.find(">" if text[0] == "<" else '"', 1)
+    if close < 0:
+        return None
+    return text[1:close], text[0] == "<"
+
+
 def _too_deep(path: str, target: str) -> str:
     return (
         f"#include nesting deeper than {MAX_INCLUDE_DEPTH} (through {target}); a compiler stops there "
@@ -1341,6 +1385,89 @@ class PackageAnalyzer:
         self._lexed: dict[str, LexedFile | None] = {}
         self._exports: dict[str, HeaderExport] = {}
         self._in_progress: dict[str, Walker] = {}
+        self._cycle: dict[str, tuple[str, ...]] = {}  # file -> its include cycle's members, sorted
+        self._warmed: set[tuple[str, ...]] = set()
+
+    def _includes(self, path: str) -> list[str]:
+        """The package files ``path`` names in an #include, whatever the conditions around it."""
+        lexed = self.lexed(path)
+        if lexed is None:
+            return []
+        found = []
+        for d in lexed.directives:
+            if d.keyword == "include":
+                name = include_name(d.text)
+                if name is not None:
+                    target = self.index.resolve(path, *name)
+                    if target is not None:
+                        found.append(target)
+        return found
+
+    def _find_cycles(self, start: str) -> None:
+        """Tarjan's strongly connected components of the include graph reachable from ``start``
+        (iterative): each file's cycle, () where it is in none."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        on_stack: list[str] = []
+        on: set[str] = set()
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(self._includes(start)))]
+        index[start] = low[start] = 0
+        on_stack.append(start)
+        on.add(start)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt in self._cycle:
+                    continue  # a component found by an earlier search: it cannot reach back
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    on_stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(self._includes(nxt))))
+                    advanced = True
+                    break
+                if nxt in on:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                members = []
+                while True:
+                    member = on_stack.pop()
+                    on.discard(member)
+                    members.append(member)
+                    if member == node:
+                        break
+                looped = len(members) > 1 or node in self._includes(node)
+                cycle = tuple(sorted(members)) if looped else ()
+                for member in members:
+                    self._cycle[member] = cycle
+
+    def _warm(self, path: str) -> None:
+        """Export every member of ``path``'s include cycle, in path order, before any is used."""
+        if path not in self._cycle:
+            self._find_cycles(path)
+        cycle = self._cycle[path]
+        if not cycle or cycle in self._warmed:
+            return
+        self._warmed.add(cycle)
+        members = [m for m in cycle if self.lexed(m) is not None]
+        for member in members:  # a first approximation: each member as the path order meets it
+            if member not in self._exports:
+                self.export(member)
+        # Then each member as entered at itself, the others as first approximated: what a file
+        # that includes it gets (a member walked inside another saw that one part-way).
+        entered: dict[str, HeaderExport] = {}
+        for member in members:
+            first = self._exports.pop(member)
+            entered[member] = self._walk_export(member)
+            self._exports[member] = first
+        self._exports.update(entered)
 
     def lexed(self, path: str) -> LexedFile | None:
         if path not in self._lexed:
@@ -1355,12 +1482,19 @@ class PackageAnalyzer:
         """The macros a header leaves defined, computed from a clean state and memoised.
 
         An include cycle is resolved the way textual inclusion does it: the header being
-        processed contributes what it has defined so far (its guard stops the rest). The
-        memoised result is therefore exact for acyclic includes and close for cyclic ones.
+        processed contributes what it has defined so far (its guard stops the rest). What a
+        header of a cycle exports then depends on where the cycle was entered; so that it never
+        depends on which file was analysed first (or in which worker), the members of a cycle
+        are exported first, together, in path order, then each again as entered at itself
+        (`_warm`). The memoised result is exact for acyclic includes and close for cyclic ones.
         """
+        self._warm(path)
         known = self._known_export(path)
         if known is not None:
             return known
+        return self._walk_export(path)
+
+    def _walk_export(self, path: str) -> HeaderExport:
         lexed = self.lexed(path)
         assert lexed is not None
         walker = self._walker(path, lexed, collect_gates=False)
@@ -1416,7 +1550,13 @@ class PackageAnalyzer:
                         self._exports[top_path] = reply
                     continue
                 depth = len(stack)  # of the header named, below the file at the bottom of the stack
+                self._warm(target)
                 reply = self._known_export(target)
+                cycle = self._cycle.get(target)
+                if reply is not None and cycle and any(m in self._in_progress for m in cycle):
+                    # Inside its own cycle a member's guard stops most of it: its height as
+                    # entered at itself (which walked the others) would count the cycle twice.
+                    reply = dataclasses.replace(reply, height=1)
                 if reply is not None and reply.problem is not None:
                     return f"its include {target} has {reply.problem}"
                 if reply is not None:
@@ -1459,6 +1599,7 @@ class PackageAnalyzer:
             reason = f"cannot be lexed ({exc}): its #if gates are not reported"
             return FileAnalysis([], [Skip(path, reason, self.package)], frozenset(), _NOT_COMPILED)
         self._lexed.setdefault(path, lexed)
+        self._warm(path)
         walker = self._walker(path, lexed, collect_gates=True)
         try:
             problem = self._drive(path, walker, header=False)

@@ -130,7 +130,29 @@ class _Unknown:
 
 
 UNKNOWN_MACRO = _Unknown()
-# Per pass, a name maps to a MacroDef, None (known to be undefined) or UNKNOWN_MACRO.
+UnknownEntry = _Unknown  # the type of every unknown entry, for isinstance checks
+
+
+class MaybeDef(_Unknown):
+    """Unknown, narrowed: defined as ``definition``, or left as it was before.
+
+    What a header walked from a clean state exports for a macro it defines (or includes a
+    definition of) under a condition unknown for a target. Evaluated, it is unknown like any
+    `_Unknown`; merged where the macro is already defined the same way (the usual case: the
+    header that defines it was included before, and its guard stops it here), it changes nothing.
+    """
+
+    __slots__ = ("definition",)
+
+    def __init__(self, definition: MacroDef) -> None:
+        self.definition = definition
+
+    def __repr__(self) -> str:
+        return f"MaybeDef({self.definition.name})"
+
+
+# Per pass, a name maps to a MacroDef, None (known to be undefined) or an _Unknown: UNKNOWN_MACRO,
+# or a MaybeDef.
 MacroEntry = MacroDef | None | _Unknown
 
 
