@@ -70,6 +70,33 @@ def fetch_release(spec: str) -> str:
     return path
 
 
+def venv_with(dest: Path, wheels: list[str]) -> Path:
+    """A throwaway virtual environment at ``dest`` with ``wheels`` installed (``--no-deps``, no
+    bytecode, no code of theirs run): its site-packages directory."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
+    python = dest / "bin" / "python"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-compile",
+            *wheels,
+        ],
+        check=True,
+    )
+    (site,) = (dest / "lib").glob("python3*/site-packages")
+    return site
+
+
 def sha256_snapshot(root: Path) -> dict[str, str]:
     """Every file under ``root`` (but bytecode caches and liftgate's journal) by path, with its sha256."""
     import hashlib

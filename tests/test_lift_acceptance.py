@@ -17,13 +17,12 @@ import py_compile
 import re
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from conftest import fetch_release, sha256_snapshot
+from conftest import fetch_release, sha256_snapshot, venv_with
 from liftgate.arch.core import Arch
 from liftgate.cli.main import main
 from liftgate.lift.workflow import apply_plan, choose_chain, choose_gates, export_series, plan_env, scan_env
@@ -36,28 +35,6 @@ HEADER = "flashinfer/data/include/flashinfer/comm/trtllm_allreduce.cuh"
 CONDITION = "(defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1200))"
 COMM_PY = "flashinfer/jit/comm.py"
 SGLANG_PY = "sglang/srt/layers/flashinfer_comm_fusion.py"
-
-
-def _venv(dest: Path, wheels: list[str]) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
-    python = dest / "bin" / "python"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-compile",
-            *wheels,
-        ],
-        check=True,
-    )
-    (site,) = (dest / "lib").glob("python3*/site-packages")
-    return site
 
 
 def _preprocess(nvcc: str, site: Path, arch: str) -> str:
@@ -74,7 +51,7 @@ def test_lift_allreduce_fusion_for_sm120_export_reapply_and_revert(tmp_path: Pat
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # JIT caches looked up here, never the real ones
     wheels = [fetch_release("flashinfer-python==0.6.2"), fetch_release("sglang==0.5.23")]
     env = tmp_path / "env"
-    site = _venv(env, wheels)
+    site = venv_with(env, wheels)
     stock = sha256_snapshot(site)
 
     es = scan_env(str(env), SM120, judge=lambda g: g.location.path in (HEADER, COMM_PY, SGLANG_PY))
@@ -174,7 +151,7 @@ def test_lift_allreduce_fusion_for_sm120_export_reapply_and_revert(tmp_path: Pat
 
     # apply-patches re-applies it to a second environment, relocating each gate by identity.
     env2 = tmp_path / "env2"
-    site2 = _venv(env2, wheels)
+    site2 = venv_with(env2, wheels)
     assert main(["apply-patches", str(series), "--env", str(env2), "--yes"]) == 0
     for path in (HEADER, COMM_PY, SGLANG_PY):
         assert (site2 / path).read_bytes() == by_path[path].after, path

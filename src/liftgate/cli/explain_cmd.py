@@ -176,7 +176,7 @@ def explanation(report: Any, gate: Any, package_files: dict[str, str], checks: l
     """Everything ``explain`` shows, as JSON-ready data (the text form renders this)."""
     from liftgate.judge.catalog import load_catalog
     from liftgate.judge.region import FileStore, RegionAnalyzer
-    from liftgate.model import GateKind
+    from liftgate.model import GateKind, VerdictKind
     from liftgate.report.json_format import gate_to_dict, verdict_to_dict
 
     index = report.verdict_index()
@@ -192,6 +192,14 @@ def explanation(report: Any, gate: Any, package_files: dict[str, str], checks: l
         entry: dict[str, Any] = {"target": arch.name, "status": gate.status(arch).value}
         verdict = index.get((gate.id, arch))
         entry["verdict"] = verdict_to_dict(verdict) if verdict else None
+        if verdict is not None and verdict.kind is VerdictKind.UNSAFE:
+            # The narrowing edit: `lift --exclude` (a Python call site can also be narrowed in its
+            # helper's guard, with --at definition).
+            entry["exclude_command"] = f"liftgate lift {gate.id} --exclude {arch.name}"
+            if gate.kind is GateKind.PY_RUNTIME and gate.evidence:
+                entry["exclude_command_definition"] = (
+                    f"liftgate lift {gate.id} --exclude {arch.name} --at definition"
+                )
         if gate.choices:
             # The class is chosen at run time: which implementations let this target through.
             entry["choices"] = {
@@ -343,6 +351,17 @@ def render_text(doc: dict[str, Any], color: bool) -> str:
             for hazard in verdict["hazards"]:
                 console.print(Text(_wrap(f"  ! hazard: {hazard}"), style="bold yellow"))
             console.print(Text(_wrap(f"  analysed: {verdict['scope']}"), style="dim"))
+        if entry.get("exclude_command"):
+            console.print(
+                Text(_wrap(f"  shut {entry['target']} out: {entry['exclude_command']} (add --env ENV)"))
+            )
+            if entry.get("exclude_command_definition"):
+                console.print(
+                    Text(
+                        _wrap(f"  or in the helper's guard: {entry['exclude_command_definition']}"),
+                        style="dim",
+                    )
+                )
         for feature in entry.get("features", []):
             mark = "yes" if feature["on_target"] else "NO"
             console.print(

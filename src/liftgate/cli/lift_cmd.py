@@ -60,16 +60,33 @@ def configure_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument(
+        "--exclude",
+        metavar="ARCH",
+        help=(
+            "shut ARCH out of each GATE_ID instead of admitting a target: the narrowing edit for an unsafe "
+            "admission (12 removed from a JIT filter, `== 120` becomes `in (120, 121)` in a deny-list, "
+            "`&& !EXACT` added to an #if), re-detected, journalled and reverted like a lift"
+        ),
+    )
+    p.add_argument(
+        "--all-unsafe",
+        action="store_true",
+        help="with --exclude ARCH: every gate the judge finds an unsafe admission for ARCH",
+    )
+    p.add_argument(
         "--path",
         action="append",
         default=[],
         metavar="GLOB",
-        help="with --all-liftable: only gates in files whose package-relative path matches GLOB (repeatable)",
+        help=(
+            "with --all-liftable or --all-unsafe: only gates in files whose package-relative path matches "
+            "GLOB (repeatable)"
+        ),
     )
     p.add_argument(
         "--strict",
         action="store_true",
-        help="with --all-liftable: fail, applying nothing, if any gate would be skipped",
+        help="with --all-liftable or --all-unsafe: fail, applying nothing, if any gate would be skipped",
     )
     p.add_argument(
         "--chain",
@@ -120,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
     )
     from liftgate.sources.interface import SourceError
 
+    if args.exclude is not None:
+        return _exclude(args)
+    if args.all_unsafe:
+        return error("--all-unsafe goes with --exclude ARCH (the target to shut out)")
     if args.chain and (args.gate_ids or args.all_liftable):
         return error("--chain lifts one chain: give no other GATE_IDs and no --all-liftable")
     if not args.gate_ids and not args.all_liftable and not args.chain:
@@ -156,6 +177,63 @@ def run(args: argparse.Namespace) -> int:
     if args.all_liftable:
         sys.stderr.write(
             f"liftgate: {len(ids)} liftable losses for {target.name}: {len(plan.planned)} gates planned"
+            + (f", {len(plan.skipped)} skipped (the lines marked - above)" if plan.skipped else "")
+            + "\n"
+        )
+        if args.strict and plan.skipped:
+            return error(
+                f"--strict: {len(plan.skipped)} gate(s) would be skipped "
+                f"(first: {plan.skipped[0].gate_id}: {plan.skipped[0].reason}); nothing applied"
+            )
+    return _show_and_apply(plan, args)
+
+
+def _exclude(args: argparse.Namespace) -> int:
+    """``lift --exclude ARCH``: narrow each gate (or every unsafe admission) so ARCH is shut out."""
+    from liftgate.cli.progress import make_observer
+    from liftgate.lift.workflow import (
+        LiftError,
+        PlanError,
+        judge_env,
+        plan_env,
+        resolve_gate_ids,
+        scan_env,
+        unsafe_gates,
+    )
+    from liftgate.sources.interface import SourceError
+
+    if args.target:
+        return error("--exclude names the target to shut out: give no --target with it")
+    if args.all_liftable or args.chain or args.force:
+        return error("--exclude goes with GATE_IDs or --all-unsafe (not --all-liftable, --chain or --force)")
+    if bool(args.gate_ids) == bool(args.all_unsafe):
+        return error("with --exclude, name GATE_IDs (from `liftgate scan`) or pass --all-unsafe, not both")
+    if (args.path or args.strict) and not args.all_unsafe:
+        return error("--path and --strict go with --all-unsafe")
+    try:
+        target = target_or_local(args.exclude)
+    except TargetError as exc:
+        return error(str(exc))
+    observer = make_observer(quiet=not sys.stderr.isatty())
+    try:
+        try:
+            es = scan_env(args.env, target, cache_dir=args.cache_dir, observer=observer)
+            wanted = resolve_gate_ids(es, target, args.gate_ids) if args.gate_ids else None
+            if args.all_unsafe:
+                es = judge_env(es, target, None, observer)
+        finally:
+            observer.finish()
+        ids = wanted if wanted is not None else unsafe_gates(es, target, args.path)
+        if not ids:
+            where = f" in files matching {', '.join(args.path)}" if args.path else ""
+            sys.stderr.write(f"liftgate: no unsafe admission for {target.name}{where}: nothing to exclude\n")
+            return ExitCode.REFUSED
+        plan = plan_env(es, target, ids, at=args.at, partial=args.all_unsafe, exclude=True)
+    except (SourceError, PlanError, LiftError) as exc:
+        return error(str(exc))
+    if args.all_unsafe:
+        sys.stderr.write(
+            f"liftgate: {len(ids)} unsafe admissions for {target.name}: {len(plan.planned)} gates planned"
             + (f", {len(plan.skipped)} skipped (the lines marked - above)" if plan.skipped else "")
             + "\n"
         )
@@ -244,8 +322,9 @@ def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
     for note in doc.get("recovery_notes", []):
         sys.stderr.write(f"liftgate: {note}\n")
     moved = doc.get("caches_moved", [])
+    what = f"excluding {plan.target.name}" if plan.exclude else f"for {plan.target.name}"
     sys.stderr.write(
-        f"liftgate: applied {plan.lift_id} for {plan.target.name}: {len(plan.files)} files changed, "
+        f"liftgate: applied {plan.lift_id} {what}: {len(plan.files)} files changed, "
         f"{len(moved)} JIT-cache entries moved aside; journal in {os.path.join(prefix, '.liftgate')}\n"
     )
     for m in moved:
@@ -258,11 +337,13 @@ def _show_and_apply(plan: Any, args: argparse.Namespace) -> int:
 
 
 def render_plan(plan: Any) -> str:
-    lines = [f"lift {plan.lift_id} for {plan.target.name}" + ("" if plan.verified else " (not re-detected)")]
+    what = f"excluding {plan.target.name}" if plan.exclude else f"for {plan.target.name}"
+    lines = [f"lift {plan.lift_id} {what}" + ("" if plan.verified else " (not re-detected)")]
     for g in plan.planned:
         lines.append(f"  + {g.gate_id}  {g.package} {g.path}:{g.line}  {g.how}")
         if g.granularity == "major":
-            lines.append(f"      (the code compares majors: every {plan.target.major}.x is admitted)")
+            done = "shut out" if plan.exclude else "admitted"
+            lines.append(f"      (the code compares majors: every {plan.target.major}.x is {done})")
         if g.via:
             lines.append(f"      (edited at its definition: {g.via})")
     for s in plan.skipped:
@@ -272,7 +353,8 @@ def render_plan(plan: Any) -> str:
         lines.append(f"  note: {n}")
     if plan.verified:
         lines.append(
-            "  re-detected: every planned gate now admits the target, and nothing else changed beyond the notes"
+            f"  re-detected: every planned gate now {'shuts the target out' if plan.exclude else 'admits the target'}, "
+            "and nothing else changed beyond the notes"
         )
     return "\n".join(lines) + "\n\n"
 

@@ -79,7 +79,8 @@ def run_status(args: argparse.Namespace) -> int:
             "prefix": prefix,
             "lifts": [
                 {
-                    "lift_id": lift.lift_id, "state": lift.state, "target": lift.target, "created": lift.created,
+                    "lift_id": lift.lift_id, "state": lift.state, "target": lift.target, "exclude": lift.exclude,
+                    "created": lift.created,
                     "gates": list(lift.gates), "caches_moved": lift.caches_moved,
                     "files": [{"path": f.path, "package": f.package, "state": f.state} for f in lift.files],
                 }
@@ -100,7 +101,7 @@ def run_status(args: argparse.Namespace) -> int:
         elif lift.state != "applied":
             health = lift.state
         out.append(
-            f"{lift.lift_id}  {lift.target}  {lift.created}  {len(lift.gates)} gates, "
+            f"{lift.lift_id}  {'excludes ' if lift.exclude else ''}{lift.target}  {lift.created}  {len(lift.gates)} gates, "
             f"{len(lift.files)} files, {lift.caches_moved} cache entries moved — {health}"
         )
         for f in lift.files:

@@ -1,4 +1,5 @@
-"""The edit that lifts a CUDA preprocessor gate: ``#if COND`` becomes ``#if (COND) || EXACT``.
+"""The edit that lifts a CUDA preprocessor gate: ``#if COND`` becomes ``#if (COND) || EXACT``;
+the one that shuts a target out of it (``lift --exclude``): ``#if (COND) && !EXACT``.
 
 ``EXACT`` is `liftgate.arch.core.cuda_exact_test`: true in exactly the device passes that compile
 for the target and never in the host pass, so host code and every other target see the file as
@@ -41,8 +42,9 @@ def _split_comment(code: str) -> tuple[str, str]:
     return code[: m.start()], code[m.start() :]
 
 
-def lift_directive(lines: list[str], marker: str | None, arch: Arch) -> DirectiveEdit:
-    """Lift the directive in ``lines`` (its physical lines, continuations included) for ``arch``.
+def lift_directive(lines: list[str], marker: str | None, arch: Arch, exclude: bool = False) -> DirectiveEdit:
+    """Lift the directive in ``lines`` (its physical lines, continuations included) for ``arch``;
+    with ``exclude``, make it false in ``arch``'s passes instead (every other pass sees it as before).
 
     ``marker``, when given, is appended as a ``/* … */`` comment on the last line. Raises `EditError` when
     the first line is not an ``#if``-family directive.
@@ -54,6 +56,7 @@ def lift_directive(lines: list[str], marker: str | None, arch: Arch) -> Directiv
     if m is None:
         raise EditError(f"expected #if/#elif/#ifdef/#ifndef, found {first.strip()[:60]!r}")
     test = cuda_exact_test(arch)
+    join = f"&& !{test}" if exclude else f"|| {test}"
     note = f"  /* {marker} */" if marker else ""
     lead, keyword, space = m.group(1), m.group(2), m.group(3) or " "
     if keyword in ("ifdef", "ifndef"):
@@ -65,7 +68,7 @@ def lift_directive(lines: list[str], marker: str | None, arch: Arch) -> Directiv
             raise EditError(f"#{keyword} of {name!r} is not a macro name")
         neg = "!" if keyword == "ifndef" else ""
         return DirectiveEdit(
-            list(lines), [f"{lead}if {neg}defined({name}) || {test}{note}{comment}{_line_end(first)}"]
+            list(lines), [f"{lead}if {neg}defined({name}) {join}{note}{comment}{_line_end(first)}"]
         )
     head = f"{lead}{keyword}{space}"
     if len(lines) == 1:
@@ -74,14 +77,14 @@ def lift_directive(lines: list[str], marker: str | None, arch: Arch) -> Directiv
         if not cond:
             raise EditError(f"#{keyword} without a condition")
         wrapped = cond if _parenthesised(cond) else f"({cond})"
-        return DirectiveEdit(list(lines), [f"{head}{wrapped} || {test}{note}{comment}{_line_end(first)}"])
-    # Continued: '(' after the keyword, ') || test' at the end of the last line's code.
+        return DirectiveEdit(list(lines), [f"{head}{wrapped} {join}{note}{comment}{_line_end(first)}"])
+    # Continued: '(' after the keyword, ') || test' (or ') && !test') at the end of the last line's code.
     after = [f"{head}({first[m.end() :]}", *lines[1:]]
     last = after[-1]
     code, comment = _split_comment(last.rstrip("\r\n"))
     if code.rstrip().endswith("\\"):
         raise EditError("the directive's last line ends in a continuation")
-    after[-1] = f"{code.rstrip()}) || {test}{note}{comment}{_line_end(last)}"
+    after[-1] = f"{code.rstrip()}) {join}{note}{comment}{_line_end(last)}"
     return DirectiveEdit(list(lines), after)
 
 

@@ -100,6 +100,7 @@ class LiftStatus:
     gates: tuple[str, ...]
     files: tuple[FileStatus, ...]
     caches_moved: int
+    exclude: bool = False  # the lift shuts the target out (``lift --exclude``)
 
     @property
     def drifted(self) -> list[FileStatus]:
@@ -264,6 +265,8 @@ def _check_manifest(doc: Any, entry: str, prefix: str) -> None:
         text(doc, key, "", optional=True)
     if "sequence" in doc and not (_is_int(doc["sequence"]) and 0 <= doc["sequence"] < 2**63):
         raise _Bad("sequence", f"{_show(doc['sequence'])} is not a count")
+    if "exclude" in doc and not isinstance(doc["exclude"], bool):
+        raise _Bad("exclude", f"{_show(doc['exclude'])} is not true or false")
     for n, g in enumerate(listed(doc, "gates")):
         if not isinstance(g, dict):
             raise _Bad(f"gates[{n}]", f"a JSON {_kind(g)}, not an object")
@@ -648,6 +651,7 @@ class Journal:
                 "lift_id": plan.lift_id,
                 "state": "applying",
                 "target": plan.target.name,
+                "exclude": plan.exclude,
                 "prefix": self.prefix,
                 "created": _now(),
                 "sequence": len(existing),
@@ -762,6 +766,7 @@ class Journal:
                     tuple(g["gate_id"] for g in doc["gates"]),
                     tuple(files),
                     len(doc.get("caches_moved", [])),
+                    doc.get("exclude") is True,
                 )
             )
         return out

@@ -9,6 +9,10 @@ test admits exactly the target's compilation passes; a runtime test its capabili
 minor of its major where the code compares majors). Other gates that change are listed: gates
 that use a lifted derived macro, callers of a lifted definition, or an ``#elif`` that the lifted
 branch now takes first. Any other change rejects the edit, so a heuristic never goes unchecked.
+
+``exclude`` plans the opposite edit (``lift --exclude``, for an unsafe admission): each gate is
+made to shut the target out and nothing else (a list compared by majors: every minor of it, said
+in the plan), re-detected the same way, journalled and reverted like a lift.
 """
 
 from __future__ import annotations
@@ -134,6 +138,7 @@ class PatchPlan:
     files: tuple[FileChange, ...]
     notes: tuple[str, ...] = ()
     verified: bool = False
+    exclude: bool = False  # the edits shut the target out (``lift --exclude``) instead of admitting it
 
     def diff(self) -> str:
         return "".join(f.diff() for f in self.files)
@@ -160,6 +165,7 @@ class PatchPlan:
             "plan_version": PLAN_VERSION,
             "lift_id": self.lift_id,
             "target": self.target.name,
+            "exclude": self.exclude,
             "verified": self.verified,
             "gates": [_planned_dict(p) for p in self.planned],
             "skipped": [{"gate_id": s.gate_id, "reason": s.reason} for s in self.skipped],
@@ -212,13 +218,13 @@ def allowed_archs(target: Arch, granularity: Granularity) -> ArchSet:
     return exact_archs(target)
 
 
-def lift_id_for(target: Arch, gate_ids: Iterable[str], shas: Iterable[str]) -> str:
-    key = "\x1f".join([target.name, *sorted(gate_ids), *sorted(shas)])
+def lift_id_for(target: Arch, gate_ids: Iterable[str], shas: Iterable[str], exclude: bool = False) -> str:
+    key = "\x1f".join([target.name, *(["exclude"] if exclude else []), *sorted(gate_ids), *sorted(shas)])
     return "lg-" + hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
-def marker(target: Arch, lift_id: str) -> str:
-    return f"liftgate: +{target.name} {lift_id}"
+def marker(target: Arch, lift_id: str, exclude: bool = False) -> str:
+    return f"liftgate: {'-' if exclude else '+'}{target.name} {lift_id}"
 
 
 @dataclass
@@ -274,6 +280,7 @@ def plan_lift(
     at: str = "call-site",
     rescan: Rescan | None = None,
     partial: bool = False,
+    exclude: bool = False,
 ) -> PatchPlan:
     """Plan the lift of ``gate_ids`` (ids or unique prefixes from ``report``) for ``target``.
 
@@ -291,14 +298,14 @@ def plan_lift(
     rejected: dict[str, str] = {}
     # Each round drops at least one gate, so a partial plan converges within len(gates) + 1 rounds.
     for _round in range(len(gates) + 1 if partial else 3):
-        plan = _plan_once(report, gates, target, files, at, skipped, rejected)
+        plan = _plan_once(report, gates, target, files, at, skipped, rejected, exclude)
         if rescan is None or not plan.files:
             return plan
         problems, notes = _verify(report, plan, target, rescan)
         if not problems:
             return PatchPlan(
                 plan.lift_id, target, plan.planned, plan.skipped, plan.files,
-                (*plan.notes, *notes), verified=True,
+                (*plan.notes, *notes), verified=True, exclude=exclude,
             )  # fmt: skip
         rejected.update({k: f"did not verify: {v}" if partial else v for k, v in problems.items()})
     raise PlanError(
@@ -339,6 +346,7 @@ def _plan_once(
     at: str,
     skipped_before: list[SkippedGate],
     rejected: Mapping[str, str],
+    exclude: bool = False,
 ) -> PatchPlan:
     work: dict[tuple[str, str], _FileWork] = {}
     skipped = list(skipped_before)
@@ -379,12 +387,15 @@ def _plan_once(
             skipped.append(SkippedGate(requested.id, rejected[requested.id]))
             continue
         status = requested.status(target)
-        if status is Status.ADMITTED:
+        if status is Status.ADMITTED and not exclude:
             skipped.append(SkippedGate(requested.id, f"already admits {target.name}"))
+            continue
+        if status is Status.EXCLUDED and exclude:
+            skipped.append(SkippedGate(requested.id, f"already shuts {target.name} out"))
             continue
         targets_to_edit = [requested]
         via_note = None
-        if requested.kind is GateKind.CUDA_PP:
+        if requested.kind is GateKind.CUDA_PP and not exclude:
             defs = _definition_gates(requested, report.gates, target)
             if defs:
                 targets_to_edit = defs
@@ -394,6 +405,18 @@ def _plan_once(
                     f"{requested.id} sees the arch only through a derived macro: the lift edits its "
                     f"definition ({where}), which admits {target.name} in every use of it"
                 )
+        if exclude and at == "definition":
+            try:
+                chosen = _definition_guard(requested, report, target, file_work, trees)
+            except (NoSafeEdit, EditError) as exc:
+                skipped.append(SkippedGate(requested.id, str(exc)))
+                continue
+            targets_to_edit = [chosen]
+            via_note = f"{chosen.location.path}:{chosen.location.line}"
+            notes.append(
+                f"{requested.id} is narrowed in its helper, at the guard {chosen.id} ({via_note}): "
+                f"that shuts {target.name} out for every caller of the helper"
+            )
         for gate in targets_to_edit:
             if gate.id in edited:
                 planned.append(
@@ -407,7 +430,7 @@ def _plan_once(
                 break
             try:
                 fw = file_work(gate)
-                edit = _edit_for(gate, fw, target, at, trees, report)
+                edit = _edit_for(gate, fw, target, at, trees, report, exclude)
                 granularity = edit.granularity
             except (NoSafeEdit, EditError) as exc:
                 skipped.append(SkippedGate(requested.id, str(exc)))
@@ -424,8 +447,8 @@ def _plan_once(
             edited[gate.id] = requested.id
             planned.append(_planned(requested, edit.how, granularity, via_note))
     shas = [sha256(fw.data) for fw in work.values()]
-    lift_id = lift_id_for(target, [p.gate_id for p in planned], shas)
-    text_marker = marker(target, lift_id)
+    lift_id = lift_id_for(target, [p.gate_id for p in planned], shas, exclude)
+    text_marker = marker(target, lift_id, exclude)
     changes: list[FileChange] = []
     for fw in work.values():
         if not fw.edits:
@@ -449,8 +472,9 @@ def _plan_once(
         )
     changes.sort(key=lambda c: (c.package.lower(), c.path))
     return PatchPlan(
-        lift_id, target, tuple(planned), tuple(skipped), tuple(changes), tuple(dict.fromkeys(notes))
-    )
+        lift_id, target, tuple(planned), tuple(skipped), tuple(changes), tuple(dict.fromkeys(notes)),
+        exclude=exclude,
+    )  # fmt: skip
 
 
 def _eol(text: str, offset: int) -> int:
@@ -468,8 +492,16 @@ def _planned(gate: Gate, how: str, granularity: Granularity, via: str | None) ->
 
 
 def _edit_for(
-    gate: Gate, fw: _FileWork, target: Arch, at: str, trees: dict[tuple[str, str], ast.Module], report: Report
+    gate: Gate,
+    fw: _FileWork,
+    target: Arch,
+    at: str,
+    trees: dict[tuple[str, str], ast.Module],
+    report: Report,
+    exclude: bool = False,
 ) -> Edit:
+    if exclude:
+        return _exclude_edit(gate, fw, target, trees)
     if gate.kind is GateKind.CUDA_PP:
         starts = _line_starts(fw.text)
         span = gate.location.span
@@ -497,6 +529,100 @@ def _edit_for(
     raise NoSafeEdit(
         f"a {gate.kind.value} gate is compiled into the package's binaries: lifting it needs a rebuild "
         "from source, which liftgate does not do"
+    )
+
+
+def _definition_guard(
+    requested: Gate,
+    report: Report,
+    target: Arch,
+    file_work: Callable[[Gate], _FileWork],
+    trees: dict[tuple[str, str], ast.Module],
+) -> Gate:
+    """``lift --exclude --at definition``: the gate inside the helper a call-site gate calls that
+    is best narrowed for ``target``: one whose comparison can take the target in (``sm_version ==
+    120`` becomes ``in (120, 121)``), else the first that can be narrowed at all."""
+    if requested.kind is not GateKind.PY_RUNTIME:
+        raise NoSafeEdit("--at definition narrows a Python helper's guard; this gate is no Python call site")
+    evidence = [e for e in requested.evidence if e.path and e.line]
+    if not evidence:
+        raise NoSafeEdit("no helper definition is known for this gate: narrow it at its call site")
+    first = evidence[0]
+    if first.path != requested.location.path:
+        raise NoSafeEdit(
+            f"the helper is defined in {first.path}:{first.line}, another module: narrow a gate there"
+        )
+    fw = file_work(requested)
+    key = (fw.package, fw.path)
+    if key not in trees:
+        trees[key] = py_edit.parse_module(fw.text, fw.path)
+    assert first.line is not None
+    line = first.line
+    functions = [
+        n
+        for n in ast.walk(trees[key])
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.lineno <= line <= (n.end_lineno or n.lineno)
+    ]
+    if not functions:
+        raise NoSafeEdit(f"{first.path}:{first.line} is in no function: narrow the gate at its call site")
+    fn = max(functions, key=lambda n: n.lineno)  # the innermost
+    inside = [
+        g
+        for g in report.gates
+        if g.kind is GateKind.PY_RUNTIME
+        and g.id != requested.id
+        and g.location.package == requested.location.package
+        and g.location.path == requested.location.path
+        and fn.lineno <= g.location.line <= (fn.end_lineno or fn.lineno)
+        and g.status(target) is Status.ADMITTED
+    ]
+    ranked: list[tuple[int, int, Gate]] = []
+    for g in inside:
+        try:
+            edit = _exclude_edit(g, fw, target, trees)
+        except NoSafeEdit:
+            continue
+        ranked.append(
+            (0 if " became " in edit.how or edit.how.startswith("added ") else 1, g.location.line, g)
+        )
+    if not ranked:
+        raise NoSafeEdit(
+            f"no gate inside {fn.name}() ({first.path}:{fn.lineno}) admits {target.name} in a form liftgate "
+            "can narrow: narrow the gate at its call site"
+        )
+    return min(ranked, key=lambda r: (r[0], r[1]))[2]
+
+
+def _exclude_edit(gate: Gate, fw: _FileWork, target: Arch, trees: dict[tuple[str, str], ast.Module]) -> Edit:
+    """The edit that shuts ``target`` out of what ``gate`` admits (``lift --exclude``)."""
+    if gate.kind is GateKind.CUDA_PP:
+        starts = _line_starts(fw.text)
+        span = gate.location.span
+        if span.end > len(starts):
+            raise NoSafeEdit(f"{gate.location.path} is shorter than line {span.end}: rescan and plan again")
+        begin = starts[span.start - 1]
+        end = starts[span.end] if span.end < len(starts) else len(fw.text)
+        lines = fw.text[begin:end].splitlines(keepends=True)
+        directive = lift_directive(lines, _CUDA_MARKER, target, exclude=True)
+        how = f"and'ed with !{cuda_exact_test(target)}"
+        return Edit((TextEdit(begin, end, "".join(directive.after)),), how, Granularity.EXACT)
+    key = (fw.package, fw.path)
+    if gate.kind in (GateKind.PY_RUNTIME, GateKind.PY_BUILD):
+        if key not in trees:
+            trees[key] = py_edit.parse_module(fw.text, fw.path)
+        if gate.kind is GateKind.PY_BUILD:
+            span = gate.location.span
+            return py_edit.narrow_list_edit(fw.text, span.start, span.end, target, trees[key])
+        return py_edit.narrow_runtime_edit(fw.text, gate, target, trees[key])
+    raise NoSafeEdit(
+        f"liftgate does not narrow a {gate.kind.value} gate: "
+        + (
+            "edit the arch list by hand (or drop the target from CUDA_ARCHITECTURES / TORCH_CUDA_ARCH_LIST) "
+            "and rebuild from source"
+            if gate.kind is GateKind.CMAKE
+            else "it is compiled into the package's binaries; narrowing it needs a rebuild from source"
+        )
     )
 
 
@@ -561,6 +687,16 @@ def _verify(
             if new is None:
                 problems[old.id] = "after the edit the gate is no longer detected at its line (not verified)"
                 continue
+            if plan.exclude:
+                problem = _excluded_problem(old, new, target, allowed_by_gate[old.id])
+                if problem is not None:
+                    problems[old.id] = problem
+                elif len(old.admitted - new.admitted) > 1:
+                    notes.append(
+                        f"{old.id} now shuts out {(old.admitted - new.admitted).render()} (the code compares "
+                        f"{planned.granularity.value}s)"
+                    )
+                continue
             gained = new.admitted - old.admitted
             if target not in new.admitted:
                 problems[old.id] = (
@@ -589,17 +725,23 @@ def _verify(
         gained, lost = new.admitted - old.admitted, old.admitted - new.admitted
         where = f"{old.id} ({old.location.path}:{old.location.line})"
         if gained and gained.issubset(every_allowed) and not lost:
-            notes.append(f"{where} now admits {target.name} too (it depends on a lifted gate)")
+            notes.append(
+                f"{where} now admits {target.name}: the narrowed branch before it no longer takes it"
+                if plan.exclude
+                else f"{where} now admits {target.name} too (it depends on a lifted gate)"
+            )
         elif lost and lost.issubset(every_allowed) and not gained:
             notes.append(
-                f"{where} no longer admits {target.name}: the lifted branch before it is taken first"
+                f"{where} no longer admits {target.name} (it depends on a narrowed gate)"
+                if plan.exclude
+                else f"{where} no longer admits {target.name}: the lifted branch before it is taken first"
             )
         elif not gained and not lost:
             notes.append(f"{where}: what is unknown for it changed")
         elif _untouched_by(old, new, touched):
             # A CUDA gate outside the edited files that reads no macro they define: the edit cannot
-            # change it. Headers memoised inside include cycles can differ between two scans
-            # (issue 21): said, not blamed on the edit.
+            # change it. (Headers of include cycles once read differently from scan to scan; they
+            # no longer do, but such a change is still said, not blamed on the edit.)
             notes.append(
                 f"{where} read differently by the re-scan (admits {new.admitted.render()}, was "
                 f"{old.admitted.render()}), though it reads nothing the edit changed: not the edit's doing"
@@ -619,6 +761,16 @@ def _verify(
                 f"the edit made a new gate appear at {new.location.path}:{new.location.line}"
             )
     return problems, notes
+
+
+def _excluded_problem(old: Gate, new: Gate, target: Arch, allowed: ArchSet) -> str | None:
+    """Why a narrowed gate does not verify: it still admits the target (or may), or it changed
+    beyond the targets its edit names; None when it verifies."""
+    if target in new.admitted or target in new.unknown:
+        return f"after the edit the gate still admits {target.name} (admits {new.admitted.render()})"
+    if (new.admitted - old.admitted) or not (old.admitted - new.admitted).issubset(allowed):
+        return f"after the edit the gate admits {new.admitted.render()}, not only without {target.name}: not applied"
+    return None
 
 
 def _untouched_by(old: Gate, new: Gate, touched: set[tuple[str, str]]) -> bool:

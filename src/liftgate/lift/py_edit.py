@@ -361,6 +361,126 @@ def runtime_edit(text: str, gate: Gate, arch: Arch, tree: ast.Module | None = No
     return Edit(tuple(e), how, Granularity.CAPABILITY)
 
 
+def _disjuncts(cond: ast.expr) -> list[ast.expr]:
+    """``cond`` itself, or the operands of a top-level ``or``: making one true makes it true."""
+    if isinstance(cond, ast.BoolOp) and isinstance(cond.op, ast.Or):
+        return list(cond.values)
+    return [cond]
+
+
+def narrow_runtime_edit(text: str, gate: Gate, arch: Arch, tree: ast.Module | None = None) -> Edit:
+    """The edit that shuts ``arch``'s capability out of the path a py-runtime gate admits.
+
+    A guard (the path runs where it is false: ``if sm_version == 120: return False``) is made to
+    fire for the target: a comparison of it, or of one of its ``or``-ed parts, gains the target
+    (``sm_version in (120, 121)``), else ``or <exact test>``. A plain branch gets ``and not
+    <exact test>``. The exact test is `capability_test`, from names the module already imports.
+    """
+    tree = tree or parse_module(text, gate.location.path)
+    src = _Text(text)
+    cond, parent = locate_condition(tree, src, gate)
+    admits_when_true = _admits_when_true(cond, parent)
+    if not admits_when_true:
+        for part in _disjuncts(cond):
+            if isinstance(part, ast.Compare):
+                widened = _widen_compare(part, src, arch)
+                if widened is not None:
+                    edits, how, granularity = widened
+                    return Edit(tuple(edits), f"{how} (the guard now shuts {arch.name} out)", granularity)
+    test = capability_test(tree, arch)
+    if test is None:
+        raise NoSafeEdit(
+            f"{gate.location.path} imports no capability query (torch, torch.cuda, vLLM's current_platform) "
+            f"to test {arch.name} with, and liftgate never adds an import: edit it by hand"
+        )
+    # The lift's edit of the other polarity: a plain branch is edited as a guard would be to admit
+    # the target (false for it), a guard as a plain branch would be (true for it).
+    edits, _how = _or_test(cond, src, test, not admits_when_true)
+    how = (
+        f"or'ed with {test} (the guard now shuts {arch.name} out)"
+        if not admits_when_true
+        else (f"and'ed with not {test}")
+    )
+    return Edit(tuple(edits), how, Granularity.CAPABILITY)
+
+
+def narrow_list_edit(text: str, start: int, end: int, arch: Arch, tree: ast.Module | None = None) -> Edit:
+    """Remove ``arch`` from the first literal arch list on lines ``start..end`` (a major version
+    removes every minor of it: the granularity says so); raises `NoSafeEdit` when there is none,
+    when the target is not listed in the list's own spelling, or when it is the only entry."""
+    tree = tree or parse_module(text, "<module>")
+    src = _Text(text)
+    for value in _candidate_lists(tree, start, end):
+        items = _list_items(value)
+        if items is None:
+            continue
+        ints = [_int_literal(e) for e in items]
+        strs = [e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else None for e in items]
+        granularity = Granularity.CAPABILITY
+        if all(i is not None for i in ints):
+            sample = ints[0]
+            assert sample is not None
+            wanted = arch.major if sample <= 20 else arch.number
+            if sample <= 20:
+                granularity = Granularity.MAJOR
+            hits = [n for n, i in enumerate(ints) if i == wanted]
+            spelled = str(wanted)
+        elif all(v is not None for v in strs):
+            first = strs[0]
+            assert first is not None
+            spelled_item = _string_item(first, arch)
+            if spelled_item is None:
+                continue
+            hits = [n for n, v in enumerate(strs) if v is not None and v.strip() == spelled_item]
+            spelled = repr(spelled_item)
+        else:
+            continue
+        if not hits:
+            raise NoSafeEdit(
+                f"{src.segment(value)} does not list {spelled} itself (it admits {arch.name} some other way): "
+                "edit it by hand"
+            )
+        if len(items) == len(hits):
+            raise NoSafeEdit(f"{spelled} is all that {src.segment(value)} lists: removing it leaves nothing")
+        if len(hits) > 1:
+            raise NoSafeEdit(f"{src.segment(value)} lists {spelled} {len(hits)} times: edit it by hand")
+        (n,) = hits
+        if n + 1 < len(items):  # the item and the separator after it
+            a, b = src.span(items[n])[0], src.span(items[n + 1])[0]
+        else:  # the last item and the separator before it
+            a, b = src.span(items[n - 1])[1], src.span(items[n])[1]
+        edits = [TextEdit(a, b, "")]
+        last_end = src.span(items[-1])[1]
+        if (
+            isinstance(value, ast.Tuple)
+            and len(items) == 2
+            and not src.text[last_end:].lstrip().startswith(",")  # (100, 121) -> (100,): still a tuple
+        ):
+            edits = [TextEdit(a, b, ",")] if n == 1 else [*edits, TextEdit(last_end, last_end, ",")]
+        return Edit(tuple(edits), f"removed {spelled} from {src.segment(value)}", granularity)
+    raise NoSafeEdit(
+        "no literal arch list at the gate (the archs come from a variable or a call): edit it by hand"
+    )
+
+
+def _candidate_lists(tree: ast.Module, start: int, end: int) -> list[ast.expr]:
+    """Keyword values, assigned values and call arguments on lines ``start..end``, in tree order."""
+    candidates: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.keyword)
+            and node.value.lineno >= start
+            and (node.value.end_lineno or 0) <= end
+        ):
+            candidates.append(node.value)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            if node.lineno >= start and (node.value.end_lineno or 0) <= end:
+                candidates.append(node.value)
+        elif isinstance(node, ast.Call) and node.lineno >= start and (node.end_lineno or 0) <= end:
+            candidates.extend(node.args)
+    return candidates
+
+
 def _string_item(spelling: str, arch: Arch) -> str | None:
     """The target spelled like ``spelling`` (one arch string: "9.0a", "90", "sm_90a", "8.6+PTX")."""
     m = _ARCH_STRING.match(spelling.strip())
@@ -393,20 +513,7 @@ def list_edit(text: str, start: int, end: int, arch: Arch, tree: ast.Module | No
     ``start..end``; raises `NoSafeEdit` when there is none."""
     tree = tree or parse_module(text, "<module>")
     src = _Text(text)
-    candidates: list[ast.expr] = []
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.keyword)
-            and node.value.lineno >= start
-            and (node.value.end_lineno or 0) <= end
-        ):
-            candidates.append(node.value)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            if node.lineno >= start and (node.value.end_lineno or 0) <= end:
-                candidates.append(node.value)
-        elif isinstance(node, ast.Call) and node.lineno >= start and (node.end_lineno or 0) <= end:
-            candidates.extend(node.args)
-    for value in candidates:
+    for value in _candidate_lists(tree, start, end):
         items = _list_items(value)
         if items is not None:
             ints = [_int_literal(e) for e in items]

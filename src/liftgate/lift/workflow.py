@@ -187,6 +187,21 @@ def choose_gates(
     return chosen, refused
 
 
+def unsafe_gates(es: EnvScan, target: Arch, paths: Sequence[str] = ()) -> list[str]:
+    """Every gate judged an unsafe admission for ``target`` (``lift --exclude T --all-unsafe``), in
+    files matching ``paths`` (fnmatch patterns) when given."""
+    by_id = {g.id: g for g in es.report.gates}
+    ids = [
+        v.gate_id
+        for v in es.report.verdicts
+        if v.target == target
+        and v.kind is VerdictKind.UNSAFE
+        and v.gate_id in by_id
+        and (not paths or any(fnmatchcase(by_id[v.gate_id].location.path, p) for p in paths))
+    ]
+    return list(dict.fromkeys(ids))
+
+
 @dataclass(frozen=True)
 class ChainChoice:
     """The gates ``lift --chain`` lifts, or why it refuses the whole chain."""
@@ -244,11 +259,23 @@ def plan_env(
     at: str = "call-site",
     refused: Sequence[SkippedGate] = (),
     partial: bool = False,
+    exclude: bool = False,
 ) -> PatchPlan:
     """The plan for ``gate_ids`` in the environment; ``partial``: gates whose edits do not verify
-    are skipped, each with its reason, and the rest is planned (`liftgate.lift.plan.plan_lift`)."""
+    are skipped, each with its reason, and the rest is planned (`liftgate.lift.plan.plan_lift`);
+    ``exclude``: the edits shut ``target`` out instead of admitting it."""
     plan = _inside_env(
-        plan_lift(es.report, gate_ids, target, es.workspace, at=at, rescan=es.rescan, partial=partial), es.env
+        plan_lift(
+            es.report,
+            gate_ids,
+            target,
+            es.workspace,
+            at=at,
+            rescan=es.rescan,
+            partial=partial,
+            exclude=exclude,
+        ),
+        es.env,
     )
     notes = list(plan.notes)
     installed = [(p.name, p.version) for p in es.report.packages]
@@ -260,7 +287,7 @@ def plan_env(
         )
     return PatchPlan(
         plan.lift_id, plan.target, plan.planned, (*refused, *plan.skipped), plan.files,
-        tuple(dict.fromkeys(notes)), plan.verified,
+        tuple(dict.fromkeys(notes)), plan.verified, plan.exclude,
     )  # fmt: skip
 
 
@@ -282,6 +309,7 @@ def _inside_env(plan: PatchPlan, env: str | None) -> PatchPlan:
     return PatchPlan(
         plan.lift_id, plan.target, tuple(p for p in plan.planned if p.gate_id not in ids),
         (*plan.skipped, *refused), tuple(f for f in plan.files if f not in outside), plan.notes, plan.verified,
+        plan.exclude,
     )  # fmt: skip
 
 
