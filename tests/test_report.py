@@ -378,7 +378,7 @@ def test_json_validates_against_schema(report: Report, schema: dict[str, Any], s
 
 def test_json_content(report: Report) -> None:
     document = json.loads(render(report, OutputFormat.JSON, RenderOptions(show=Show.ALL)))
-    assert document["schema_version"] == "8"
+    assert document["schema_version"] == "9"
     assert document["tool"] == {"name": "liftgate", "version": "0.0.0+test"}
     assert document["cuda_version"] == "13.0"
     assert document["summary"] == {

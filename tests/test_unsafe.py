@@ -111,6 +111,45 @@ def test_explain_shows_the_admitted_region_and_what_it_lacks(capsys: pytest.Capt
     assert "sm_100a: ADMITTED" in out
 
 
+def test_a_chain_that_admits_a_target_unsafely_is_unsafe_for_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The root lets sm_121a in and the JIT filter under it admits 12.x into tcgen05 sources: the
+    chain is unsafe for sm_121a (nothing of it shuts the target out, so no lift is asked of it),
+    safe for sm_100a, listed by ``scan --by chain``, in the JSON, and it names the narrowing."""
+    assert main(["scan", str(FIXTURE), "-t", "sm_121a", "-t", "sm_100a", "--by", "chain", "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "sm_121a: UNSAFE — 2 links let it into code that uses what it lacks (tcgen05-ld-st): "
+        "py-3540b3b238, pb-4cd4f4b342" in out
+    )
+    assert "sm_100a: nothing in this chain shuts it out" in out
+    assert "liftgate lift pb-4cd4f4b342 --exclude sm_121a" in out
+    assert (
+        main(
+            [
+                "scan",
+                str(FIXTURE),
+                "-t",
+                "sm_121a",
+                "-t",
+                "sm_100a",
+                "--by",
+                "chain",
+                "-f",
+                "json",
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, load_schema())
+    (chain,) = doc["chains"]
+    by_target = {t["target"]: t for t in chain["targets"]}
+    assert by_target["sm_121a"]["unsafe"] == ["py-3540b3b238", "pb-4cd4f4b342"]
+    assert by_target["sm_121a"]["verdict"] is None and not by_target["sm_121a"]["required"]
+    assert by_target["sm_100a"]["unsafe"] == []
+
+
 @pytest.mark.network
 def test_flashinfer_066_cutlass_fmha_filter_is_unsafe_for_sm12x_not_sm100a(
     monkeypatch: pytest.MonkeyPatch,

@@ -15,7 +15,7 @@ from dataclasses import replace
 from liftgate.arch.core import Arch
 from liftgate.chain.links import ROOT_KINDS, ChainContext, chain_roots
 from liftgate.chain.view import ChainView, view
-from liftgate.model import Chain, Gate, Report, Status, Verdict
+from liftgate.model import Chain, Gate, Report, Status, Verdict, VerdictKind
 from liftgate.sources.interface import NullObserver, Observer
 from liftgate.sources.workspace import Workspace
 
@@ -37,13 +37,15 @@ def chains_for_report(
     targets: Sequence[Arch],
     workspace: Workspace,
     context: ChainContext | None = None,
+    unsafe: Iterable[str] = (),
 ) -> list[Chain]:
     """The chain of every gate that can start one (a Python runtime gate, a build filter, a CMake
-    arch list) and shuts out at least one of ``targets``."""
+    arch list) and shuts out at least one of ``targets``, or is one of the ``unsafe`` admissions."""
     ctx = context or ChainContext(gates, workspace)
+    loose = set(unsafe)
 
     def excludes(gate: Gate) -> bool:
-        return any(gate.status(t) is not Status.ADMITTED for t in targets)
+        return gate.id in loose or any(gate.status(t) is not Status.ADMITTED for t in targets)
 
     return ctx.chains(chain_roots(gates, excludes))
 
@@ -54,10 +56,16 @@ def listed_chains(
     targets: Sequence[Arch],
     verdicts: Mapping[tuple[str, Arch], Verdict],
 ) -> list[Chain]:
-    """The chains worth showing: at least two gates to lift together for some target, and not
-    already part of a longer chain (a build filter's chain inside the chain of the Python gate
+    """The chains worth showing: at least two gates to lift together for some target, or a member
+    that admits one unsafely, and not already part of a longer chain (a build filter's chain inside the chain of the Python gate
     that reaches it)."""
-    kept = [c for c in chains if any(len(view(c, gates, t, verdicts).required) >= 2 for t in targets)]
+    kept = [
+        c
+        for c in chains
+        if any(
+            len(seen.required) >= 2 or seen.unsafe for seen in (view(c, gates, t, verdicts) for t in targets)
+        )
+    ]
     return _maximal(kept)
 
 
@@ -112,18 +120,14 @@ def judge_members(
     workspace: Workspace,
     already: Iterable[Verdict] = (),
 ) -> list[Verdict]:
-    """Verdicts for the chains' gates that ``already`` lacks, for the targets they shut out (the
-    judge gives none for a target a gate admits): what the combined verdict needs."""
+    """Verdicts for the chains' gates that ``already`` lacks: for the targets they shut out, and
+    ``unsafe`` where one admits a target into code using what it lacks (the judge gives nothing
+    for a safe admission): what the combined verdict and the chain's unsafe members need."""
     from liftgate.judge.verdict import judge_report
 
     have = {(v.gate_id, v.target) for v in already}
-    by_id = {g.id: g for g in gates}
     members = {g for c in chains for g in c.gate_ids}
-    todo = {
-        g
-        for g in members
-        if any((g, t) not in have and by_id[g].status(t) is not Status.ADMITTED for t in targets)
-    }
+    todo = {g for g in members if any((g, t) not in have for t in targets)}
     if not todo:
         return []
     return [
@@ -144,7 +148,8 @@ def find_chains(report: Report, judge: bool = False, observer: Observer | None =
     archs = report.target_archs()
     observer.start("following gate chains", total=None)
     try:
-        every = chains_for_report(report.gates, archs, workspace)
+        unsafe = sorted({v.gate_id for v in report.verdicts if v.kind is VerdictKind.UNSAFE})
+        every = chains_for_report(report.gates, archs, workspace, unsafe=unsafe)
         verdicts = list(report.verdicts)
         if judge:
             verdicts += judge_members(every, report.gates, archs, workspace, verdicts)

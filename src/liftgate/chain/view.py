@@ -11,6 +11,10 @@ is best effort (`liftgate.judge.pyregion`); when the chain reaches the JIT modul
 the module's gates speak for it, and its ``unknown`` does not count. Hazards that lifting the
 whole chain resolves (a filter lifted without the CUDA gates that compile out
 ``griddepcontrol.wait``) are *covered*: they are the reason to lift the chain as one.
+
+A chain can be too loose as well: a member that admits the target into code using what it lacks
+(an ``unsafe`` verdict: the root lets sm_121 in, the JIT filter under it admits 12.x, the sources
+use tcgen05) makes the chain unsafe for that target (``unsafe``, whatever is required of a lift).
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ class ChainView:
     reasons: tuple[str, ...]
     hazards: tuple[Hazard, ...]  # not resolved by lifting the chain
     covered: tuple[Hazard, ...]  # resolved by lifting the chain together
+    unsafe: tuple[str, ...] = ()  # members that admit the target into code using what it lacks
+    unsafe_reasons: tuple[str, ...] = ()  # "ID: the missing feature and where it is used", per member
+    unsafe_features: tuple[str, ...] = ()  # the features those members use and the target lacks
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -139,6 +146,16 @@ def view(
                 hazards.append(hazard)
     if superseded:
         members = [replace(m, superseded=True) if m.gate.id in superseded else m for m in members]
+    unsafe = [
+        m
+        for m in members
+        if m.status is Status.ADMITTED and m.verdict is not None and m.verdict.kind is VerdictKind.UNSAFE
+    ]
+    unsafe_reasons = []
+    for m in unsafe:
+        assert m.verdict is not None
+        lacking = [r for r in m.verdict.reasons if " lacks " in r]
+        unsafe_reasons.append(f"{m.gate.id}: {(lacking or list(m.verdict.reasons) or ['unsafe'])[0]}")
     return ChainView(
         chain=chain,
         target=target,
@@ -149,4 +166,9 @@ def view(
         reasons=tuple(reasons),
         hazards=tuple(hazards),
         covered=tuple(covered),
+        unsafe=tuple(m.gate.id for m in unsafe),
+        unsafe_reasons=tuple(unsafe_reasons),
+        unsafe_features=tuple(
+            dict.fromkeys(u.feature for m in unsafe if m.verdict for u in m.verdict.missing)
+        ),
     )

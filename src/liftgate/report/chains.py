@@ -27,8 +27,18 @@ def chain_views(report: Report, chain: Chain) -> list[ChainView]:
 
 def verdict_line(v: ChainView) -> str:
     """``sm_120: BLOCKED — 15 gates to lift together; weakest link pb-0e30929539: sm_120 lacks cvt-fp4 …``."""
+    unsafe = ""
+    if v.unsafe:
+        n = len(v.unsafe)
+        lacks = f" ({', '.join(v.unsafe_features)})" if v.unsafe_features else ""
+        unsafe = (
+            f"UNSAFE — {n} link{'s' if n != 1 else ''} let{'' if n != 1 else 's'} it into code that uses what "
+            f"it lacks{lacks}: {', '.join(v.unsafe)}"
+        )
     if v.verdict is None:
-        return f"{v.target.name}: nothing in this chain shuts it out"
+        return f"{v.target.name}: {unsafe or 'nothing in this chain shuts it out'}"
+    if unsafe:
+        return f"{v.target.name}: {unsafe}; and {len(v.required)} gates shut it out"
     count = len(v.required)
     text = f"{v.target.name}: {v.verdict.value.upper()} — {count} gate{'s' if count != 1 else ''} to lift together"
     if v.weakest:
@@ -87,6 +97,8 @@ def chain_to_dict(report: Report, chain: Chain) -> dict[str, Any]:
                 "reasons": list(v.reasons),
                 "hazards": [h.text for h in v.hazards],
                 "covered_hazards": [h.text for h in v.covered],
+                "unsafe": list(v.unsafe),
+                "unsafe_reasons": list(v.unsafe_reasons),
                 "not_required": [
                     {"gate": m.gate.id, "why": m.why_not} for m in v.members if not m.required and m.why_not
                 ],
@@ -110,7 +122,8 @@ def chain_text(
     lines: list[tuple[str, str]] = [(f"chain {chain.root_id}  {views[0].title}", "bold")]
     styles = {"liftable": "green", "blocked": "red", "unknown": "yellow"}
     for v in views:
-        lines.append((f"  {verdict_line(v)}", styles.get(v.verdict.value, "") if v.verdict else "dim"))
+        style = "bold red" if v.unsafe else (styles.get(v.verdict.value, "") if v.verdict else "dim")
+        lines.append((f"  {verdict_line(v)}", style))
         for hazard in v.hazards:
             lines.append((f"    ! hazard: {hazard}", "yellow"))
         if list_covered:
@@ -119,7 +132,11 @@ def chain_text(
     first = views[0]
     verdicts = report.verdict_index()
     # Every view has the chain's members in the same order: keep those some target must lift.
-    shown = [m for i, m in enumerate(first.members) if any(v.members[i].required for v in views)]
+    shown = [
+        m
+        for i, m in enumerate(first.members)
+        if any(v.members[i].required or v.members[i].gate.id in v.unsafe for v in views)
+    ]
     hidden = len(first.members) - len(shown)
     for member in shown:
         lines.append(
@@ -142,4 +159,13 @@ def chain_text(
     targets = [v.target.name for v in views if v.verdict is not None]
     if targets:
         lines.append((f"    lift as one: liftgate lift --chain {chain.root_id} -t {targets[0]}", "dim"))
+    for v in views:
+        if v.unsafe:
+            one = "" if len(v.unsafe) == 1 else f" (at any one of {', '.join(v.unsafe)})"
+            lines.append(
+                (
+                    f"    shut {v.target.name} out{one}: liftgate lift {v.unsafe[-1]} --exclude {v.target.name}",
+                    "dim",
+                )
+            )
     return [(printable(line), style) for line, style in lines]

@@ -35,7 +35,7 @@ from liftgate.report.losses import FeatureLoss, feature_losses, loss_counts
 from liftgate.report.select import distinct_targets, select_gates, skip_sort_key
 from liftgate.report.summary import target_counts
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 SCHEMA_RESOURCE = "report.schema.json"
 
 
