@@ -53,7 +53,12 @@ def test_doctor_screen_and_kernel_coverage(tmp_path: Path, fake_env, capsys, mon
     assert "builds sm_120: yes" in out
     assert "TORCH_CUDA_ARCH_LIST: 9.0a" in out
     assert "✗ kernpkg 1.0 for sm_120: 1 no-kernel-image, 1 ptx-jit" in out
-    assert "1 of 2 files have no kernel image for sm_120" in out
+    assert "1 of 2 files have compiled units with no kernel image for sm_120" in out
+    # nvcc -shared adds a device-link stub unit built for sm_75 that holds no kernel: it decides nothing
+    assert (
+        "_hopper.so no-kernel-image: 0 of 2 compiled units runnable, 2 with no kernel image (1 of them hold no kernel; k: 1 kernel)"
+        in out
+    )
     assert main(["doctor", "-t", "sm_90", "--env", env, "--format", "json"]) == 0
     checks = json.loads(capsys.readouterr().out)["checks"]
     (kern,) = [c for c in checks if c["section"] == "kernels"]
@@ -110,9 +115,10 @@ def test_a_library_without_a_kernel_image_fails_the_check_and_says_what_to_do(
         "kernpkg 1.0 for sm_120", "fail", "1 no-kernel-image, 1 ptx-jit",
     )  # fmt: skip
     assert kern["hint"] == (
-        "1 of 2 files have no kernel image for sm_120, so their kernels fail there; they need a build "
-        f"with sm_120 in its arch list, and `liftgate scan --kind binary -t sm_120 --env {env}` lists "
-        "which files they are"
+        "1 of 2 files have compiled units with no kernel image for sm_120, whose kernels fail there: "
+        "_hopper.fatbin no-kernel-image: 0 of 1 compiled units runnable, 1 with no kernel image; the kernel names "
+        "of 1 of them were not read. They need a build with sm_120 in its arch list; "
+        f"`liftgate scan --kind binary -t sm_120 --env {env}` lists every file"
     )
     # sm_90: Hopper's sm_90a SASS runs natively, Ampere's PTX is JIT-compiled: a warning, exit 0
     assert main(["doctor", "-t", "sm_90", "--env", env, "--format", "json"]) == 0

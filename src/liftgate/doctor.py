@@ -314,68 +314,61 @@ def cache_checks(environ: dict[str, str]) -> list[Check]:
 
 
 def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
-    """Installed packages with CUDA kernels, and whether each target has a kernel image in them.
+    """Installed packages with CUDA kernels, and whether each target has a kernel image in them,
+    decided per compiled unit as the driver does.
 
-    A package with any library that has no kernel image for a target fails for it: that library
-    fails on that GPU ("no kernel image is available for execution on the device")."""
-    from liftgate.detect.binary import coverage, kernel_files
+    A package with any library that has no kernel image for a target in some of its compiled
+    units fails for it: those kernels fail on that GPU ("no kernel image is available for execution
+    on the device"); the hint names the libraries, how many units run, and the kernels that do not."""
+    from liftgate.detect.binary import coverage_text, unit_coverage, unit_files
+    from liftgate.model import BinaryCoverage, Coverage
     from liftgate.sources.environment import resolve_environment
 
     packages, _skips = resolve_environment(env)
     where = f" --env {shlex.quote(env)}" if env else ""
     out = []
     for pkg in packages:
-        per_target: dict[str, dict[str, int]] = {t.name: {} for t in targets}
-        libs = 0
-        for _f, images, _problem in kernel_files(pkg.files):
-            if not images:
-                continue
-            libs += 1
-            for t in targets:
-                verdict = coverage(images, t.cc)[0]
-                per_target[t.name][verdict] = per_target[t.name].get(verdict, 0) + 1
-        if not libs:
+        libraries: list[tuple[str, BinaryCoverage]] = []
+        for f, units, _problem in unit_files(pkg.files, names=bool(targets)):
+            native, jit, partial, compiled = unit_coverage(units)
+            if compiled:
+                libraries.append((f.path, BinaryCoverage(native, jit, 0, 0, partial, compiled)))
+        if not libraries:
             continue
+        name = f"{pkg.name} {pkg.version or ''}".strip()
         if not targets:
             out.append(
                 Check(
                     "kernels",
-                    f"{pkg.name} {pkg.version or ''}".strip(),
+                    name,
                     CheckVerdict.INFO,
-                    f"{libs} files with CUDA kernels",
+                    f"{len(libraries)} files with CUDA kernels",
                     "pass --target to see their coverage",
                 )
             )
             continue
         for t in targets:
-            counts = per_target[t.name]
-            missing = counts.get("no-kernel-image", 0)
-            verdict = (
-                CheckVerdict.FAIL
-                if missing
-                else CheckVerdict.WARN
-                if counts.get("ptx-jit")
-                else CheckVerdict.OK
-            )
+            seen = [(path, cov, cov.coverage(t)) for path, cov in libraries]
+            counts: dict[str, int] = {}
+            for _path, _cov, c in seen:
+                counts[c.value] = counts.get(c.value, 0) + 1
+            failing = [(p, cov) for p, cov, c in seen if c in (Coverage.NONE, Coverage.PARTIAL)]
+            jit_only = [p for p, _cov, c in seen if c is Coverage.PTX_JIT]
+            verdict = CheckVerdict.FAIL if failing else CheckVerdict.WARN if jit_only else CheckVerdict.OK
             value = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
             hint = ""
-            if missing:
+            if failing:
+                failing.sort(key=lambda pc: (-pc[1].unit_counts(t)[2], pc[0]))
+                shown = "; ".join(f"{p.rsplit('/', 1)[-1]} {coverage_text(cov, t)}" for p, cov in failing[:3])
+                more = f"; and {len(failing) - 3} more" if len(failing) > 3 else ""
                 hint = (
-                    f"{missing} of {libs} files have no kernel image for {t.name}, so their kernels fail there; "
-                    f"they need a build with {t.name} in its arch list, and "
-                    f"`liftgate scan --kind binary -t {t.name}{where}` lists which files they are"
+                    f"{len(failing)} of {len(libraries)} files have compiled units with no kernel image for {t.name}, "
+                    f"whose kernels fail there: {shown}{more}. They need a build with {t.name} in its arch list; "
+                    f"`liftgate scan --kind binary -t {t.name}{where}` lists every file"
                 )
-            elif counts.get("ptx-jit"):
+            elif jit_only:
                 hint = "the driver JIT-compiles PTX at first start (slow once; arch-specific code paths are not taken)"
-            out.append(
-                Check(
-                    "kernels",
-                    f"{pkg.name} {pkg.version or ''} for {t.name}".replace("  ", " "),
-                    verdict,
-                    value,
-                    hint,
-                )
-            )
+            out.append(Check("kernels", f"{name} for {t.name}", verdict, value, hint))
     return out or [Check("kernels", "packages", CheckVerdict.INFO, "no installed package ships CUDA kernels")]
 
 

@@ -39,6 +39,15 @@ def feature_of(gate: Gate) -> str:
 _NAME = re.compile(r"[A-Za-z_][\w.+-]*")
 
 
+def _runs_elsewhere(gate: Gate, target: Arch) -> bool:
+    """A binary's compiled unit that ``target`` has no image for runs on some other target: its
+    kernels are lost to ``target`` (no target need run every unit of a library for that)."""
+    coverage = gate.coverage
+    if coverage is None:
+        return False
+    return any(not u.runs(target) and (u.native or u.ptx_jit) for u in coverage.units)
+
+
 def _oldest(archs: ArchSet) -> tuple[int, int] | None:
     return min((a.cc for a in archs), default=None)
 
@@ -125,7 +134,9 @@ class Outcomes:
         name = target.name
 
         def reading(outcome: Outcome, text: str, via: str | None = None) -> Reading:
-            loss = outcome in LOSSES and (bool(gate.admitted) or outcome is Outcome.OFF)
+            loss = outcome in LOSSES and (
+                bool(gate.admitted) or outcome is Outcome.OFF or _runs_elsewhere(gate, target)
+            )
             return Reading(gate.id, target, outcome, loss, text, via)
 
         if target in gate.admitted:
@@ -177,6 +188,10 @@ class Outcomes:
                 f"a path for older GPUs only: every target it leaves out is newer than those it admits, {name} included",
             )
         if gate.kind is GateKind.BINARY:
+            if gate.coverage is not None and gate.coverage.units:
+                from liftgate.detect.binary import coverage_text
+
+                return reading(Outcome.SHUT_OUT, coverage_text(gate.coverage, target))
             return reading(Outcome.SHUT_OUT, f"no kernel image {name} can run")
         if gate.else_kind is ElseKind.ERROR:
             return reading(

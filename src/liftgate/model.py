@@ -186,24 +186,75 @@ class Coverage(str, enum.Enum):
 
     NATIVE = "native"  # SASS compiled for the target (or a compatible one)
     PTX_JIT = "ptx-jit"  # only PTX: the driver compiles it at first start
+    PARTIAL = "partial"  # some compiled units have an image the target runs, some have none
     NONE = "no-kernel-image"  # nothing the target can run
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledUnit:
+    """One fat binary container of a binary: what one ``.cu`` file compiled to, the unit the driver
+    picks a kernel image from. ``images`` names its entries (``sm_90a``, ``compute_80``); ``native``
+    and ``ptx_jit`` are the targets that run it; ``kernels`` the display names of its kernels
+    (demangled, shortened), read from its cubin's symbol table or its PTX; ``unread`` why they
+    could not be (a compressed entry without the decompressor, a damaged cubin)."""
+
+    images: tuple[str, ...]
+    native: ArchSet
+    ptx_jit: ArchSet
+    kernels: tuple[str, ...] = ()
+    unread: str | None = None
+
+    def runs(self, arch: Arch) -> bool:
+        return arch in self.native or arch in self.ptx_jit
+
+    @property
+    def empty(self) -> bool:
+        """No kernel in it (its names were read and there are none): nothing of it is launched, so
+        a GPU with no image for it loses nothing (nvcc's device-link stubs, host-only sources)."""
+        return not self.kernels and self.unread is None
+
+
+@dataclass(frozen=True, slots=True)
 class BinaryCoverage:
-    """Which archs a binary's kernel images run on: natively (SASS) or through the PTX JIT."""
+    """Which archs a binary's kernels run on, decided per compiled unit as the driver does.
+
+    ``native``: every unit has SASS the target runs; ``ptx_jit``: every unit runs, some only
+    through the PTX JIT; ``partial``: some units run and some have no image (their kernels fail
+    with "no kernel image is available"). Units that hold no kernel do not count for these.
+    ``units`` are the compiled units themselves, every one of them."""
 
     native: ArchSet
     ptx_jit: ArchSet
     images: int = 0
     compressed: int = 0
+    partial: ArchSet = field(default_factory=ArchSet.none)
+    units: tuple[CompiledUnit, ...] = ()
 
     def coverage(self, arch: Arch) -> Coverage:
         if arch in self.native:
             return Coverage.NATIVE
         if arch in self.ptx_jit:
             return Coverage.PTX_JIT
+        if arch in self.partial:
+            return Coverage.PARTIAL
         return Coverage.NONE
+
+    def unit_counts(self, arch: Arch) -> tuple[int, int, int]:
+        """Compiled units that run ``arch`` natively, only through the PTX JIT, and not at all."""
+        native = sum(1 for u in self.units if arch in u.native)
+        jit = sum(1 for u in self.units if arch not in u.native and arch in u.ptx_jit)
+        return native, jit, len(self.units) - native - jit
+
+    def kernel_counts(self, arch: Arch) -> tuple[int, int, int]:
+        """Kernels (of the units whose names were read) that run natively, through the JIT, not at all."""
+        native = sum(len(u.kernels) for u in self.units if arch in u.native)
+        jit = sum(len(u.kernels) for u in self.units if arch not in u.native and arch in u.ptx_jit)
+        none = sum(len(u.kernels) for u in self.units if not u.runs(arch))
+        return native, jit, none
+
+    def missing(self, arch: Arch) -> list[CompiledUnit]:
+        """The compiled units with no image ``arch`` can run."""
+        return [u for u in self.units if not u.runs(arch)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,13 +22,14 @@ from liftgate.cli.common import (
     error,
     targets_or_local,
 )
+from liftgate.detect.binary import needs_jit
 from liftgate.model import GateKind
 from liftgate.report.interface import GroupBy, OutputFormat, Show, VerdictFilter
 from liftgate.report.losses import loss_gates
 
 # --fail-on: a verdict on an admission (unsafe), an outcome (loss), a status (excluded, unknown,
-# any: either) or a verdict (blocked, liftable, hazard).
-FAIL_ON = ("unsafe", "loss", "excluded", "unknown", "any", "blocked", "liftable", "hazard")
+# any: either), a verdict (blocked, liftable, hazard), or a binary's kernels that need the PTX JIT (jit).
+FAIL_ON = ("unsafe", "loss", "excluded", "unknown", "any", "blocked", "liftable", "hazard", "jit")
 VERDICT_FAILS = ("unsafe", "blocked", "liftable", "hazard")
 LONG_TABLE = 40  # rows: a longer table gets the summary line before it as well as after it
 FAIL_ON_SHOWN = 5  # gates the --fail-on line names
@@ -118,7 +119,9 @@ def configure_parser(subparsers: Any) -> None:
             "exit 1 if a listed gate admits a target into code that uses what it lacks (unsafe), "
             "is a loss for a target (loss: a fallback, shut-out or switch where "
             "another target gets the path), excludes a target (excluded), is unknown for one (unknown), "
-            "either (any), or is judged blocked, liftable, or carries a hazard for one (blocked, liftable, hazard)"
+            "either (any), is judged blocked, liftable, or carries a hazard for one (blocked, liftable, hazard), "
+            "or is a binary with kernels a target runs only through the driver's PTX JIT (jit). A binary some of "
+            "whose compiled units have no image for a target (partial) excludes it"
         ),
     )
     p.add_argument(
@@ -256,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(summary + "\n")
     if not args.fail_on:
         return ExitCode.OK
-    if args.fail_on not in ("loss", "unsafe") and options.show is Show.LOSSES:
+    if args.fail_on not in ("loss", "unsafe", "jit") and options.show is Show.LOSSES:
         # A status or verdict is matched over every gate of the scope, as before the losses view:
         # an exclusion that is an alternative still excludes.
         listed = select_gates(report, dataclasses.replace(options, show=Show.EXCLUDED))
@@ -267,6 +270,14 @@ def run(args: argparse.Namespace) -> int:
             if (v.hazards if args.fail_on == "hazard" else v.kind.value == args.fail_on)
         }
         matched = [g for g in listed if g.id in hit]
+    elif args.fail_on == "jit":
+        # Over every gate in scope: a binary that runs everywhere can still need the JIT.
+        scope = select_gates(report, dataclasses.replace(options, show=Show.ALL))
+        matched = [
+            g
+            for g in scope
+            if g.coverage is not None and any(needs_jit(g.coverage, t.arch) for t in report.targets)
+        ]
     elif args.fail_on == "loss":
         lost = {g.id for g in loss_gates(report, [t.arch for t in report.targets])}
         matched = [g for g in listed if g.id in lost]

@@ -6,7 +6,8 @@ The executable fat binary is what the driver loads; the relocatable one is read 
 is none (cuobjdump's default). A fat binary is one or more containers (magic ``0xBA55ED50``, version, header size, size of the
 entries), each entry a header and a payload: kind (1 PTX, 2 ELF SASS), the arch number, the PTX
 ISA version, and flags — arch-specific (``a``, 0x100000), family-specific (``f``, 0x200000),
-compressed (0x8000). The layout was checked against nvcc 13 output (tests build objects for
+compressed (0x2000: an LZ4 block, CUDA 11/12; 0x8000: a zstd frame, CUDA 13), with the
+decompressed size at byte 56 of the entry header. The layout was checked against nvcc 13 output (tests build objects for
 ``sm_80+compute_80``, ``sm_90a``, ``sm_120a``, ``sm_120f`` …) and against ``cuobjdump`` on a real
 release. Only the section table and the entry headers are read (seek and read, never the whole
 file or payload), so a 2 GB ``libtorch_cuda.so`` costs a few kilobytes of I/O.
@@ -30,16 +31,19 @@ Coverage for a GPU of capability (M, m), with the driver's real rules:
 from __future__ import annotations
 
 import errno
+import importlib.util
 import io
 import os
+import re
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any, BinaryIO
 
 from liftgate.arch.core import Arch, ArchSet, arch_data, universe
 from liftgate.detect.interface import GateSink
-from liftgate.model import BinaryCoverage, ElseKind, Evidence, Gate, GateKind, Skip, Span
+from liftgate.model import BinaryCoverage, CompiledUnit, ElseKind, Evidence, Gate, GateKind, Skip, Span
 from liftgate.sources.interface import open_regular
 
 FATBIN_MAGIC = 0xBA55ED50
@@ -51,7 +55,9 @@ _ENTRY_REST = struct.Struct(
 )  # compressed size, ?, ptx minor, ptx major, arch, name off, name len, flags
 FLAG_ARCH_SPECIFIC = 0x100000
 FLAG_FAMILY = 0x200000
-FLAG_COMPRESSED = 0x8000
+FLAG_COMPRESSED_LZ4 = 0x2000  # an LZ4 block (CUDA 11/12 with compression on)
+FLAG_COMPRESSED_ZSTD = 0x8000  # a zstd frame (CUDA 13)
+FLAG_COMPRESSED = FLAG_COMPRESSED_LZ4 | FLAG_COMPRESSED_ZSTD
 KIND_PTX, KIND_ELF = 1, 2
 MAX_ENTRIES = 100_000  # entries in one file (libtorch_cuda.so: ~20,000)
 MAX_CONTAINERS = 100_000  # fat binary containers in one section (one per compiled .cu file)
@@ -73,6 +79,11 @@ class KernelImage:
     ptx_version: tuple[int, int] | None  # PTX ISA version of a PTX entry
     compressed: bool
     size: int
+    container: int = 0  # which fat binary container (compiled unit) of the file holds it
+    offset: int = -1  # the payload's file offset (-1: not known)
+    unpacked: int = 0  # a compressed payload's size once decompressed
+    flags: int = 0  # the entry header's flags (variant, compression)
+    packed: int = 0  # a compressed payload's own length (the payload is padded; 0: not recorded)
 
     @property
     def cc(self) -> tuple[int, int]:
@@ -88,13 +99,17 @@ def parse_fatbin(data: bytes) -> list[KernelImage]:
     return _read_section(io.BytesIO(data), 0, len(data), len(data))
 
 
-def _image(kind: int, size: int, header: bytes, at: int) -> KernelImage | None:
-    """The image an entry header describes (``header[at:]`` is the part after kind/version/sizes)."""
-    _csize, _unknown, minor, major, arch, _noff, _nlen, flags = _ENTRY_REST.unpack_from(header, at)
+def _image(
+    kind: int, size: int, header: bytes, at: int, container: int = 0, offset: int = -1
+) -> KernelImage | None:
+    """The image an entry header describes (``header[at:]`` is the part after kind/version/sizes;
+    a header of 64 bytes or more has the decompressed size at byte 56)."""
+    csize, _unknown, minor, major, arch, _noff, _nlen, flags = _ENTRY_REST.unpack_from(header, at)
     if kind not in (KIND_PTX, KIND_ELF) or not 10 <= arch <= 999:
         return None
     variant = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
     ptx = kind == KIND_PTX
+    unpacked = struct.unpack_from("<Q", header, 56)[0] if len(header) >= 64 else 0
     return KernelImage(
         "ptx" if ptx else "sass",
         arch,
@@ -102,6 +117,11 @@ def _image(kind: int, size: int, header: bytes, at: int) -> KernelImage | None:
         (major, minor) if ptx else None,
         bool(flags & FLAG_COMPRESSED),
         size,
+        container,
+        offset,
+        unpacked,
+        flags,
+        csize if flags & FLAG_COMPRESSED and csize <= size else 0,
     )
 
 
@@ -188,7 +208,7 @@ def read_kernel_images(path: str) -> list[KernelImage]:
             return []
         cubin = _cubin_image(head)
         if cubin is not None:
-            return [cubin]
+            return [replace(cubin, offset=0, size=file_size)]
         sections = fatbin_sections(fh, file_size)
         # What the driver loads: the executable fat binary; the relocatable one (device linking)
         # only where there is no other, as cuobjdump lists them.
@@ -234,7 +254,9 @@ def _read_section(fh: BinaryIO, offset: int, size: int, file_size: int) -> list[
             entries += 1
             if entries > MAX_ENTRIES:
                 raise FatbinError(f"more than {MAX_ENTRIES:,} fat binary entries")
-            image = _image(kind, psize, blob, _ENTRY.size)
+            if ehs >= 64 and len(blob) < 64:
+                blob += fh.read(64 - len(blob))
+            image = _image(kind, psize, blob, _ENTRY.size, containers - 1, entry + ehs)
             if image is not None:
                 images.append(image)
             entry += ehs + psize
@@ -361,35 +383,455 @@ def _order(name: str) -> tuple[int, str]:
     return (int(digits or 0), name)
 
 
-__all__ = ["Arch", "FatbinError", "KernelImage", "coverage", "parse_fatbin", "read_kernel_images"]
+# -- compiled units and their kernels ----------------------------------------------------------
+
+MAX_NAME_BYTES = 1 << 30  # payload bytes read, plus bytes decompressed, for kernel names, per file
+MAX_UNPACKED = 256 << 20  # one entry decompressed (real cubins: tens of MB)
+MAX_SYMBOLS = 1 << 20  # symbols of one cubin
+_ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+_SECTION = struct.Struct("<IIQQQQIIQQ")  # name, type, flags, addr, offset, size, link, info, align, entsize
+_SYMBOL = struct.Struct("<IBBHQQ")
+_SHT_SYMTAB = 2
+_STT_FUNC = 2
+_STO_CUDA_ENTRY = 0x10  # st_other of a kernel's entry symbol (a __global__ function) in a cubin
+_PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$%]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One fat binary container: its images, its kernels' mangled names, why they were not read."""
+
+    images: tuple[KernelImage, ...]
+    kernels: tuple[str, ...] = ()
+    unread: str | None = None
+
+
+def read_units(path: str, names: bool = True) -> list[Unit]:
+    """The compiled units (fat binary containers) of a binary, each with its images and, with
+    ``names``, the mangled names of its kernels: from the symbol table of one uncompressed cubin
+    of it (its ELF header, section table, symbol and string tables are read, not the code), else
+    from its PTX (decompressed when ``zstandard`` is installed). At most `MAX_NAME_BYTES` are read
+    for names per file; a unit past that says so. Raises like `read_kernel_images`."""
+    images = read_kernel_images(path)
+    by_container: dict[int, list[KernelImage]] = {}
+    for image in images:
+        by_container.setdefault(image.container, []).append(image)
+    groups = [tuple(by_container[k]) for k in sorted(by_container)]
+    if not names:
+        return [Unit(g) for g in groups]
+    budget = [MAX_NAME_BYTES]
+    out: list[Unit] = []
+    with _open_regular(path) as fh:
+        file_size = os.fstat(fh.fileno()).st_size
+        for group in groups:
+            try:
+                kernels, unread = _unit_kernels(fh, group, file_size, budget)
+            except (FatbinError, struct.error, OSError, ValueError) as exc:
+                kernels, unread = (), f"kernel names not read: {exc}"
+            out.append(Unit(group, kernels, unread))
+    return out
+
+
+def _unit_kernels(
+    fh: BinaryIO, group: tuple[KernelImage, ...], file_size: int, budget: list[int]
+) -> tuple[tuple[str, ...], str | None]:
+    """A unit's kernels from the cheapest source: the tables of its uncompressed cubins (all of
+    them: code under ``#if __CUDA_ARCH__`` can give one arch's cubin kernels another lacks), else
+    its PTX, else its smallest compressed cubin decompressed whole."""
+    usable = [i for i in group if i.offset >= 0]
+    cubins = [i for i in usable if i.kind == "sass" and not i.compressed]
+    if cubins:
+        names: dict[str, None] = {}
+        for cubin in cubins:
+            names.update(dict.fromkeys(_cubin_kernels(fh, cubin, file_size, budget)))
+        return tuple(names), None
+    ptxs = sorted((i for i in usable if i.kind == "ptx"), key=lambda i: (i.compressed, i.unpacked or i.size))
+    packed = sorted((i for i in usable if i.kind == "sass"), key=lambda i: i.unpacked or i.size)
+    for image in [*ptxs, *packed]:
+        data = _payload(fh, image, file_size, budget)
+        if data is None:
+            continue
+        if image.kind == "ptx":
+            return tuple(dict.fromkeys(m.decode("ascii", "replace") for m in _PTX_ENTRY.findall(data))), None
+        unpacked = replace(image, offset=0, size=len(data), compressed=False)
+        return _cubin_kernels(io.BytesIO(data), unpacked, len(data), budget), None
+    if usable:
+        return (), (
+            "kernel names not read: its entries are compressed, and the decompressor is not installed "
+            "(pip install 'liftgate[kernels]': zstandard, lz4)"
+        )
+    return (), None
+
+
+def _spend(budget: list[int], size: int) -> None:
+    if size > budget[0]:
+        raise FatbinError(
+            f"more than {MAX_NAME_BYTES >> 20:,} MB read or decompressed for kernel names in this file"
+        )
+    budget[0] -= size
+
+
+def _read_at(fh: BinaryIO, offset: int, size: int, limit: int, budget: list[int]) -> bytes:
+    if offset < 0 or size < 0 or offset + size > limit:
+        raise FatbinError(f"a table at offset {offset:#x} (size {size:#x}) runs past its cubin")
+    _spend(budget, size)
+    fh.seek(offset)
+    data = fh.read(size)
+    if len(data) < size:
+        raise FatbinError("a cubin is truncated")
+    return data
+
+
+def _cubin_kernels(fh: BinaryIO, image: KernelImage, file_size: int, budget: list[int]) -> tuple[str, ...]:
+    """Mangled names of a cubin's kernels: ``STT_FUNC`` symbols marked as CUDA entries."""
+    end = min(image.offset + image.size, file_size)
+    head = _read_at(fh, image.offset, min(16 + _ELF_HEADER.size, end - image.offset), end, budget)
+    at = head.find(_ELF_MAGIC)
+    if at < 0 or at > 15:
+        raise FatbinError("a SASS entry is not an ELF cubin")
+    base = image.offset + at
+    if len(head) < at + _ELF_HEADER.size or head[at + 4] != 2 or head[at + 5] != 1:
+        raise FatbinError("a cubin is not a 64-bit little-endian ELF file")
+    fields = _ELF_HEADER.unpack_from(head, at)
+    shoff, shentsize, shnum = fields[6], fields[11], fields[12]
+    if shentsize != _SECTION.size or not 0 < shnum <= MAX_SECTIONS:
+        raise FatbinError("a cubin's section table is malformed")
+    table = _read_at(fh, base + shoff, shnum * _SECTION.size, end, budget)
+    sections = [_SECTION.unpack_from(table, n * _SECTION.size) for n in range(shnum)]
+    names: list[str] = []
+    for sec in sections:
+        if sec[1] != _SHT_SYMTAB or not 0 <= sec[6] < shnum:
+            continue
+        count = sec[5] // _SYMBOL.size
+        if count > MAX_SYMBOLS:
+            raise FatbinError(f"a cubin has more than {MAX_SYMBOLS:,} symbols")
+        symbols = _read_at(fh, base + sec[4], count * _SYMBOL.size, end, budget)
+        strtab = sections[sec[6]]
+        strings = _read_at(fh, base + strtab[4], strtab[5], end, budget)
+        for n in range(count):
+            st_name, st_info, st_other, _shndx, _value, _size = _SYMBOL.unpack_from(symbols, n * _SYMBOL.size)
+            if st_info & 0xF == _STT_FUNC and st_other & _STO_CUDA_ENTRY and st_name < len(strings):
+                stop = strings.find(b"\0", st_name)
+                names.append(
+                    strings[st_name : stop if stop >= 0 else len(strings)].decode("ascii", "replace")
+                )
+    return tuple(dict.fromkeys(names))
+
+
+def _payload(fh: BinaryIO, image: KernelImage, file_size: int, budget: list[int]) -> bytes | None:
+    """An entry's payload, decompressed; None when it is compressed and the decompressor for its
+    format is not installed. Its decompressed size counts against the budget too."""
+    if image.compressed:
+        module = "zstandard" if image.flags & FLAG_COMPRESSED_ZSTD else "lz4"
+        if importlib.util.find_spec(module) is None:
+            return None
+    data = _read_at(fh, image.offset, image.size, file_size, budget)
+    if not image.compressed:
+        return data
+    size = image.unpacked
+    if not 0 < size <= MAX_UNPACKED:
+        raise FatbinError(f"a compressed entry claims {size:,} bytes once decompressed")
+    _spend(budget, size)
+    try:
+        if image.flags & FLAG_COMPRESSED_ZSTD:
+            import zstandard
+
+            out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+        else:
+            out = _lz4_block(data, image.packed, size)
+    except Exception as exc:  # each library raises its own error types for a damaged frame
+        raise FatbinError(f"a compressed {image.name} entry does not decompress: {exc}") from exc
+    return out
+
+
+def _lz4_block(data: bytes, packed: int, size: int) -> bytes:
+    """An LZ4 block padded with zeros to the entry's size: its own length is the header's (when
+    recorded), else found by trying the few lengths the padding allows (at most 8 bytes)."""
+    import lz4.block
+
+    bare = len(data.rstrip(b"\0"))
+    lengths = ([packed] if packed else []) + [n for n in range(bare, min(bare + 9, len(data) + 1))]
+    problem: Exception | None = None
+    for n in dict.fromkeys(lengths):
+        try:
+            out: bytes = lz4.block.decompress(data[:n], uncompressed_size=size)
+        except Exception as exc:  # lz4.block.LZ4BlockError: not a block of this length
+            problem = exc
+            continue
+        if len(out) == size:
+            return out
+    raise FatbinError(f"not an LZ4 block of the length its header gives ({problem})")
+
+
+@cache
+def _demangler() -> Any:
+    """``__cxa_demangle`` from the C++ runtime, through ctypes; None where there is none."""
+    import ctypes
+    import ctypes.util
+
+    for name in (ctypes.util.find_library("stdc++"), "libstdc++.so.6", ctypes.util.find_library("c++")):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            fn = lib.__cxa_demangle
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_void_p
+        fn.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(ctypes.c_int),
+        ]
+        free = ctypes.CDLL(None).free
+        free.argtypes = [ctypes.c_void_p]
+        return fn, free
+    return None
+
+
+def demangle(name: str) -> str:
+    """``_ZN6marlin6MarlinILi4EEEvPf`` as ``void marlin::Marlin<4>(float*)``; ``name`` itself when
+    it is not mangled or no demangler is available."""
+    import ctypes
+
+    found = _demangler()
+    if found is None or not name.startswith("_Z") or len(name) > 1 << 16:
+        return name
+    fn, free = found
+    status = ctypes.c_int()
+    out = fn(name.encode(), None, None, ctypes.byref(status))
+    if not out or status.value != 0:
+        return name
+    try:
+        return ctypes.string_at(out).decode("utf-8", "replace")
+    finally:
+        free(out)
+
+
+def kernel_display(mangled: str, limit: int = 120) -> str:
+    """A kernel's name for people: demangled, without return type and parameters, long template
+    arguments elided from the inside out (``cutlass::device_kernel<flash::FlashAttnFwdCombine<…>>``,
+    then ``marlin::Marlin<…>``)."""
+    plain = demangle(mangled)
+    text = (
+        _from_mangled(mangled) if plain == mangled and mangled.startswith("_Z") else _strip_signature(plain)
+    )
+    for depth in (2, 1):
+        if len(text) > limit:
+            text = _elide_templates(text, depth)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _from_mangled(name: str) -> str:
+    """A mangled name the demangler refuses (CUDA 13 emits some libstdc++ cannot read), shown by
+    its identifiers: ``cutlass::device_kernel<enable_sm100f_only<…>>``."""
+    head: list[str] = []
+    inner: list[str] = []
+    template = False
+    i, n = 2, len(name)
+    while i < n and len(inner) < 1:
+        ch = name[i]
+        if ch.isdigit():
+            j = i
+            while j < n and name[j].isdigit():
+                j += 1
+            size = int(name[i:j])
+            ident = name[j : j + size]
+            if size and _IDENT.fullmatch(ident):
+                (inner if template else head).append(ident)
+                i = j + size
+                continue
+            i = j
+            continue
+        if ch == "I" and head:
+            template = True
+        i += 1
+    text = "::".join(head) or name[:60]
+    return f"{text}<{inner[0]}<…>>" if inner else text
+
+
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def _elide_templates(text: str, depth: int) -> str:
+    """``text`` with template arguments nested ``depth`` deep or more replaced by ``…``."""
+    level, out = 0, []
+    for ch in text:
+        if ch == "<":
+            level += 1
+            if level == depth:
+                out.append("<…")
+            elif level < depth:
+                out.append(ch)
+            continue
+        if ch == ">":
+            level -= 1
+            if level < depth:
+                out.append(">")
+            continue
+        if level < depth:
+            out.append(ch)
+    return "".join(out)
+
+
+def _strip_signature(text: str) -> str:
+    """``void ns::k<int>(float*)`` -> ``ns::k<int>``: the parameter list and return type dropped."""
+    depth = 0
+    cut = len(text)
+    for i in range(len(text) - 1, -1, -1):  # the last top-level '(' opens the parameters
+        ch = text[i]
+        if ch == ")":
+            depth += 1
+        elif ch == "(":
+            depth -= 1
+            if depth == 0:
+                cut = i
+                break
+    head = text[:cut]
+    depth = 0
+    for i, ch in enumerate(head):  # a return type ends at the first top-level space
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif (
+            ch == " "
+            and depth == 0
+            and not head[:i].endswith(("operator", "unsigned", "signed", "long", "short"))
+        ):
+            return head[i + 1 :]
+    return head
+
+
+def kernel_group(display: str) -> str:
+    """What a kernel is grouped under in a report: its top namespace (``marlin`` for
+    ``marlin::Marlin<…>``), the kernel type inside CUTLASS's launch wrappers
+    (``cutlass::device_kernel<flash::FlashAttnFwdCombine<…>>`` is ``flash``), ``cub`` for CUB's,
+    or its own name."""
+    text = display
+    for wrapper in ("cutlass::device_kernel<", "cutlass::Kernel<", "cutlass::Kernel2<"):
+        if text.startswith(wrapper):
+            inner = text[len(wrapper) :].lstrip()
+            if (inner and inner[0].isalpha()) or inner.startswith("_"):
+                text = inner
+            break
+    if text.startswith("cub::"):
+        return "cub"
+    head = re.split(r"[<(\s]", text, maxsplit=1)[0]
+    parts = [p for p in head.split("::") if p and p != "(anonymous namespace)"]
+    if not parts:
+        return display
+    if len(parts) >= 3:
+        return "::".join(parts[:2])
+    if len(parts) == 2 and parts[0] in _BROAD_NAMESPACES:
+        return "::".join(parts)  # the project's own namespace says nothing: the kernel does
+    return parts[0]
+
+
+# Namespaces that hold a whole project's kernels: a kernel directly in one is its own group.
+_BROAD_NAMESPACES = frozenset({"vllm", "at", "c10", "sglang", "flashinfer", "tensorrt_llm", "tllm", "native"})
+
+
+def unit_coverage(units: Iterable[Unit]) -> tuple[ArchSet, ArchSet, ArchSet, tuple[CompiledUnit, ...]]:
+    """(every unit runs natively, every unit runs but some only through the JIT, some run and some
+    do not) over the known targets, and the units as typed facts."""
+    every = list(universe())
+    compiled: list[CompiledUnit] = []
+    for unit in units:
+        if not unit.images:
+            continue
+        native, jit = admitted_archs(unit.images)
+        compiled.append(
+            CompiledUnit(
+                tuple(sorted({i.name for i in unit.images}, key=_order)),
+                native,
+                jit,
+                tuple(kernel_display(k) for k in unit.kernels),
+                unit.unread,
+            )
+        )
+    if not compiled:
+        return ArchSet.none(), ArchSet.none(), ArchSet.none(), ()
+    # A unit that holds no kernel is never launched: it decides nothing (unless all are such).
+    deciding = [u for u in compiled if not u.empty] or compiled
+    all_native = ArchSet(a for a in every if all(a in u.native for u in deciding))
+    all_run = ArchSet(a for a in every if all(u.runs(a) for u in deciding))
+    some = ArchSet(a for a in every if any(u.runs(a) for u in deciding))
+    return all_native, all_run - all_native, some - all_run, tuple(compiled)
+
+
+__all__ = [
+    "Arch",
+    "FatbinError",
+    "KernelImage",
+    "coverage",
+    "parse_fatbin",
+    "read_kernel_images",
+    "read_units",
+]
+
+
+def unit_files(files: Iterable[Any], names: bool = True) -> Iterator[tuple[Any, list[Unit], str | None]]:
+    """Like `kernel_files`, with each file's compiled units (and their kernel names, with ``names``)."""
+    for f in files:
+        if not is_binary_candidate(f.path):
+            continue
+        try:
+            yield f, read_units(f.fspath, names), None
+        except FatbinError as exc:
+            yield f, [], f"binary not read: {exc}"
+        except OSError as exc:
+            yield f, [], f"cannot read: {exc.strerror or exc}"
 
 
 def detect_binaries(
     package: str, version: str | None, files: Iterable[Any]
 ) -> tuple[list[Gate], list[Skip], int]:
     """``binary`` gates of one package: each shared object, cubin or fatbin with CUDA kernels, and the
-    archs they run on (natively, or through the driver's PTX JIT) as a typed `BinaryCoverage`.
+    archs they run on, per compiled unit as the driver picks images (natively, through the driver's
+    PTX JIT, or partly: some units with no image), as a typed `BinaryCoverage`.
 
     Returns the gates, the skips and how many candidate files were examined.
     """
     gates: list[Gate] = []
     skips: list[Skip] = []
     seen = 0
-    for f, images, problem in kernel_files(files):
+    for f, units, problem in unit_files(files):
         seen += 1
         if problem:
             skips.append(Skip(f.path, problem, package))
             continue
+        images = [i for u in units for i in u.images]
         if not images:
             continue
-        native, jit = admitted_archs(images)
-        evidence = [Evidence(f"contains {summarize(images)}", f.path, None)]
+        native, jit, partial, compiled = unit_coverage(units)
+        kernels = sum(len(u.kernels) for u in compiled)
+        evidence = [
+            Evidence(f"contains {summarize(images)}", f.path, None),
+            Evidence(
+                f"{len(compiled)} compiled unit{'s' if len(compiled) != 1 else ''} (fat binary containers, one per "
+                f"compiled source: the driver picks an image in each), {kernels:,} kernels named"
+            ),
+        ]
         if jit:
             evidence.append(
                 Evidence(
                     f"runs through the driver's PTX JIT on {jit.render()}: compiled at first start, "
                     "and #if __CUDA_ARCH__ inside saw the PTX's arch, not the GPU's"
                 )
+            )
+        if partial:
+            evidence.append(
+                Evidence(
+                    f"partly runs on {partial.render()}: some compiled units have no kernel image there, and "
+                    'their kernels fail with "no kernel image is available for execution on the device"'
+                )
+            )
+        unread = [u for u in compiled if u.unread]
+        if unread:
+            evidence.append(
+                Evidence(f"kernel names of {len(unread)} compiled units not read: {unread[0].unread}")
             )
         compressed = sum(1 for i in images if i.compressed)
         if compressed:
@@ -405,7 +847,71 @@ def detect_binaries(
                 else_kind=ElseKind.ERROR,
                 evidence=evidence,
                 directive="fatbin",
-                coverage=BinaryCoverage(native, jit, len(images), compressed),
+                coverage=BinaryCoverage(native, jit, len(images), compressed, partial, compiled),
             )
         )
     return gates, skips, seen
+
+
+# -- what a binary's coverage means for one target, in words ----------------------------------------
+
+
+def missing_groups(cov: BinaryCoverage, arch: Arch) -> list[tuple[str, int]]:
+    """The kernels of the compiled units with no image ``arch`` runs, by `kernel_group`: the
+    groups with the most kernels first."""
+    counts: dict[str, int] = {}
+    for unit in cov.missing(arch):
+        for kernel in unit.kernels:
+            group = kernel_group(kernel)
+            counts[group] = counts.get(group, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def needs_jit(cov: BinaryCoverage, arch: Arch) -> bool:
+    """Whether some compiled unit runs on ``arch`` only through the driver's PTX JIT."""
+    if cov.units:
+        return any(arch not in u.native and arch in u.ptx_jit for u in cov.units)
+    return arch in cov.ptx_jit
+
+
+def coverage_text(cov: BinaryCoverage, arch: Arch, groups: int = 3) -> str:
+    """``partial: 21 of 105 compiled units runnable (all through the PTX JIT), 84 with no kernel
+    image (marlin: 555 kernels, vllm: 442, selective_scan_fwd_kernel: 200, …)``."""
+    state = cov.coverage(arch).value
+    total = len(cov.units)
+    if not total:
+        return state
+    native, jit, none = cov.unit_counts(arch)
+    runnable = native + jit
+    if jit == 0:
+        how = "all natively"
+    elif native == 0:
+        how = "all through the PTX JIT"
+    else:
+        how = f"{native} natively, {jit} through the PTX JIT"
+    if none == 0:
+        return f"{state}: all {total} compiled units run ({how})"
+    if all(u.empty for u in cov.missing(arch)):
+        return (
+            f"{state}: {runnable} of {total} compiled units runnable ({how}); the {none} with no kernel image "
+            "hold no kernel"
+        )
+    text = f"{state}: {runnable} of {total} compiled units runnable" + (f" ({how})" if runnable else "")
+    text += f", {none} with no kernel image"
+    notes = []
+    empty = sum(1 for u in cov.missing(arch) if u.empty)
+    if empty:
+        notes.append(f"{empty} of them hold no kernel")
+    top = missing_groups(cov, arch)
+    if top:
+        shown = [
+            f"{name}: {n:,} kernel{'s' if n != 1 else ''}" if i == 0 else f"{name}: {n:,}"
+            for i, (name, n) in enumerate(top[:groups])
+        ]
+        notes.append(", ".join(shown) + (", …" if len(top) > groups else ""))
+    if notes:
+        text += " (" + "; ".join(notes) + ")"
+    unread = sum(1 for u in cov.missing(arch) if u.unread)
+    if unread:
+        text += f"; the kernel names of {unread} of them were not read"
+    return text

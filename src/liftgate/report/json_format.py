@@ -14,8 +14,10 @@ from typing import Any
 
 import liftgate
 from liftgate.arch.core import Arch
+from liftgate.detect.binary import missing_groups
 from liftgate.evaluate import Outcomes, feature_of
 from liftgate.model import (
+    BinaryCoverage,
     Evidence,
     FeatureUse,
     Gate,
@@ -184,9 +186,26 @@ def facts_to_dict(gate: Gate, report: Report) -> dict[str, Any]:
             "ptx_jit": coverage.ptx_jit.names(),
             "images": coverage.images,
             "compressed": coverage.compressed,
+            "partial": coverage.partial.names(),
+            "units": len(coverage.units),
+            "kernels": sum(len(u.kernels) for u in coverage.units),
             "targets": {t.arch.name: coverage.coverage(t.arch).value for t in distinct_targets(report)},
+            "per_target": {t.arch.name: _per_target(coverage, t.arch) for t in distinct_targets(report)},
         },
     }  # fmt: skip
+
+
+def _per_target(coverage: BinaryCoverage, arch: Arch) -> dict[str, Any]:
+    units = coverage.unit_counts(arch)
+    kernels = coverage.kernel_counts(arch)
+    missing = coverage.missing(arch)
+    return {
+        "units": {"native": units[0], "ptx_jit": units[1], "none": units[2]},
+        "kernels": {"native": kernels[0], "ptx_jit": kernels[1], "none": kernels[2]},
+        "missing_groups": [{"group": g, "kernels": n} for g, n in missing_groups(coverage, arch)],
+        "missing_kernels": [k for u in missing for k in u.kernels],
+        "unread": sum(1 for u in missing if u.unread),
+    }
 
 
 def gate_trace_to_dict(traced: GateTrace) -> dict[str, Any]:

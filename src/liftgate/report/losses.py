@@ -67,7 +67,10 @@ class FeatureLoss:
         return ", ".join(f"{counts[o]:,} {_WORD[o]}" for o in ORDER if counts[o])
 
     def verdict_text(self) -> str:
-        """``13 liftable``, ``700 blocked: wgmma``, ``3 liftable, 2 blocked: tcgen05``; empty unjudged."""
+        """``13 liftable``, ``700 blocked: wgmma``, ``3 liftable, 2 blocked: tcgen05``; empty unjudged
+        (and for shipped kernels, which the judge does not read: their coverage says it all)."""
+        if all(g.kind is GateKind.BINARY for g in self.gates):
+            return ""
         kinds = Counter(v.kind for v in self.verdicts)
         parts = []
         for kind in VerdictKind:
@@ -101,6 +104,8 @@ class FeatureLoss:
                 if self.target.arch in s.admitted or self.target.arch in s.unknown
             )
             return "set " + " and ".join(settings) if settings else None
+        if all(g.kind is GateKind.BINARY for g in self.gates):
+            return f"needs a build with {self.target.arch.name} in its arch list"
         liftable = set(self.liftable_ids())
         ids = tuple(g.id for g in self.gates if g.id in liftable and g.kind not in COMPILED_IN)
         if not ids:

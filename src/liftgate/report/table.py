@@ -8,8 +8,9 @@ lists evidence, assumptions, each verdict's first reason and hazards, and skippe
 sets and verdicts wrap but are never cut, since a cut set would be a wrong answer, and the gate id
 (what ``explain`` and ``lift`` take) and the statuses are never cut either: on a narrow terminal
 other columns give way first, and a dim line under the table says which (see `_Layout`). A binary
-that a target runs only through the driver's PTX JIT has the status ``ptx-jit`` there, and a note
-counts such binaries per target, listed or not. A judged report
+that a target runs only through the driver's PTX JIT has the status ``ptx-jit`` there, one that
+some of its compiled units have no image for ``partial`` (the losses view says how many and which
+kernels), and a note counts such binaries per target, listed or not. A judged report
 ends with its verdict counts per package and target. Every cell is a `rich.text.Text`, never
 markup: ``get_device_capability()[0]`` must print as written.
 """
@@ -28,9 +29,11 @@ from rich.table import Table
 from rich.text import Text
 
 from liftgate.arch.core import Arch
+from liftgate.detect.binary import coverage_text
 from liftgate.evaluate import Outcomes
 from liftgate.model import (
     Confidence,
+    Coverage,
     Gate,
     GateKind,
     GateTrace,
@@ -305,6 +308,11 @@ def _status_cell(
         if status is Status.UNKNOWN and verdict.kind is not VerdictKind.UNKNOWN:
             return Text.assemble(Text("unknown; ", style=STATUS_STYLE[status]), cell)
         return cell
+    if gate.coverage is not None:
+        # A binary: only through the PTX JIT, or partly (some compiled units have no image).
+        seen = gate.coverage.coverage(target.arch)
+        if seen in (Coverage.PTX_JIT, Coverage.PARTIAL):
+            return Text(seen.value, style=STATUS_STYLE[status])
     return Text(status.value, style=STATUS_STYLE[status])
 
 
@@ -628,6 +636,10 @@ def _losses_text(report: Report, options: RenderOptions, console: Console) -> No
                     detail.append((": " if verdict else "") + command)
                 if detail.plain:
                     console.print(Padding.indent(detail, TABLE_INDENT + width + 2), overflow="fold")
+                for gate in feature.gates:
+                    if gate.coverage is not None and gate.coverage.units:
+                        text = Text(coverage_text(gate.coverage, target.arch), style="dim")
+                        console.print(Padding.indent(text, TABLE_INDENT + width + 2), overflow="fold")
                 if options.verbose:
                     for gate, reading in zip(feature.gates, feature.readings, strict=True):
                         row = Text(f"{gate.location.line}: {condition_text(gate)} — ", style="dim")

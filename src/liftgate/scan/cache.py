@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from liftgate._version import __version__
 from liftgate.arch.core import ArchSet
@@ -27,6 +27,7 @@ from liftgate.model import (
     BuildFlag,
     BuildTarget,
     Choice,
+    CompiledUnit,
     Confidence,
     ElseKind,
     Evidence,
@@ -44,7 +45,7 @@ from liftgate.model import (
 from liftgate.sources.interface import SourceFile
 from liftgate.sources.workspace import stat_hit
 
-CACHE_FORMAT = "scan-v7"
+CACHE_FORMAT = "scan-v8"
 # path -> (size, mtime_ns, tag, stamp_ns): the tag is the content digest or ``skip:<reason>``,
 # stamp_ns when the file was read (a clock reading taken before it).
 StatEntry = tuple[int, int, str, int]
@@ -275,7 +276,14 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
         g.build_macros,
         None
         if coverage is None
-        else (coverage.native.mask, coverage.ptx_jit.mask, coverage.images, coverage.compressed),
+        else (
+            coverage.native.mask,
+            coverage.ptx_jit.mask,
+            coverage.images,
+            coverage.compressed,
+            coverage.partial.mask,
+            tuple((u.images, u.native.mask, u.ptx_jit.mask, u.kernels, u.unread) for u in coverage.units),
+        ),
         tuple((w.name, w.kind.value, w.setting, w.admitted.mask, w.unknown.mask) for w in g.switches),
         g.decided_at,
         None if g.reach is None else g.reach.mask,
@@ -289,7 +297,7 @@ def gate_from_row(row: tuple[object, ...]) -> Gate:
      depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage, switches,
      decided_at, reach, choices, dispatch) = row  # fmt: skip
     package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
-    cov = cast(tuple[int, int, int, int] | None, coverage)
+    cov = cast(tuple[int, int, int, int, int, tuple[tuple[Any, ...], ...]] | None, coverage)
     return Gate(
         id=gid,  # type: ignore[arg-type]
         kind=_GATE_KINDS[kind],  # type: ignore[index]
@@ -312,7 +320,17 @@ def gate_from_row(row: tuple[object, ...]) -> Gate:
         build_macros=build_macros,  # type: ignore[arg-type]
         coverage=None
         if cov is None
-        else BinaryCoverage(ArchSet.from_mask(cov[0]), ArchSet.from_mask(cov[1]), cov[2], cov[3]),
+        else BinaryCoverage(
+            ArchSet.from_mask(cov[0]),
+            ArchSet.from_mask(cov[1]),
+            cov[2],
+            cov[3],
+            ArchSet.from_mask(cov[4]),
+            tuple(
+                CompiledUnit(images, ArchSet.from_mask(native), ArchSet.from_mask(jit), kernels, unread)
+                for images, native, jit, kernels, unread in cov[5]
+            ),
+        ),
         switches=tuple(
             Switch(name, SwitchKind(kind), setting, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
             for name, kind, setting, adm, unk in cast(tuple[tuple[str, str, str, int, int], ...], switches)
