@@ -640,6 +640,13 @@ def _losses_text(report: Report, options: RenderOptions, console: Console) -> No
                     if gate.coverage is not None and gate.coverage.units:
                         text = Text(coverage_text(gate.coverage, target.arch), style="dim")
                         console.print(Padding.indent(text, TABLE_INDENT + width + 2), overflow="fold")
+                        if options.verbose:  # every unit with no image, and all its kernels
+                            for unit in gate.coverage.missing(target.arch):
+                                names = ", ".join(unit.kernels) or unit.unread or "no kernel"
+                                row = Text(
+                                    f"no image in the unit of {', '.join(unit.images)}: {names}", style="dim"
+                                )
+                                console.print(Padding.indent(row, TABLE_INDENT + width + 4), overflow="fold")
                 if options.verbose:
                     for gate, reading in zip(feature.gates, feature.readings, strict=True):
                         row = Text(f"{gate.location.line}: {condition_text(gate)} — ", style="dim")
