@@ -175,17 +175,26 @@ def run(args: argparse.Namespace) -> int:
     except (SourceError, PlanError, LiftError) as exc:
         return error(str(exc))
     if args.all_liftable:
-        sys.stderr.write(
-            f"liftgate: {len(ids)} liftable losses for {target.name}: {len(plan.planned)} gates planned"
-            + (f", {len(plan.skipped)} skipped (the lines marked - above)" if plan.skipped else "")
-            + "\n"
-        )
-        if args.strict and plan.skipped:
-            return error(
-                f"--strict: {len(plan.skipped)} gate(s) would be skipped "
-                f"(first: {plan.skipped[0].gate_id}: {plan.skipped[0].reason}); nothing applied"
-            )
+        refused_all = _counted(plan, f"{len(ids)} liftable losses for {target.name}", args.strict)
+        if refused_all is not None:
+            return refused_all
     return _show_and_apply(plan, args)
+
+
+def _counted(plan: Any, what: str, strict: bool) -> int | None:
+    """The count line of a whole-scope lift (``--all-liftable``, ``--all-unsafe``) on stderr; with
+    ``strict``, the error when a gate would be skipped (nothing is applied then)."""
+    sys.stderr.write(
+        f"liftgate: {what}: {len(plan.planned)} gates planned"
+        + (f", {len(plan.skipped)} skipped (the lines marked - above)" if plan.skipped else "")
+        + "\n"
+    )
+    if strict and plan.skipped:
+        return error(
+            f"--strict: {len(plan.skipped)} gate(s) would be skipped "
+            f"(first: {plan.skipped[0].gate_id}: {plan.skipped[0].reason}); nothing applied"
+        )
+    return None
 
 
 def _exclude(args: argparse.Namespace) -> int:
@@ -232,16 +241,9 @@ def _exclude(args: argparse.Namespace) -> int:
     except (SourceError, PlanError, LiftError) as exc:
         return error(str(exc))
     if args.all_unsafe:
-        sys.stderr.write(
-            f"liftgate: {len(ids)} unsafe admissions for {target.name}: {len(plan.planned)} gates planned"
-            + (f", {len(plan.skipped)} skipped (the lines marked - above)" if plan.skipped else "")
-            + "\n"
-        )
-        if args.strict and plan.skipped:
-            return error(
-                f"--strict: {len(plan.skipped)} gate(s) would be skipped "
-                f"(first: {plan.skipped[0].gate_id}: {plan.skipped[0].reason}); nothing applied"
-            )
+        refused_all = _counted(plan, f"{len(ids)} unsafe admissions for {target.name}", args.strict)
+        if refused_all is not None:
+            return refused_all
     return _show_and_apply(plan, args)
 
 

@@ -503,27 +503,16 @@ def _edit_for(
     if exclude:
         return _exclude_edit(gate, fw, target, trees)
     if gate.kind is GateKind.CUDA_PP:
-        starts = _line_starts(fw.text)
-        span = gate.location.span
-        if span.end > len(starts):
-            raise NoSafeEdit(f"{gate.location.path} is shorter than line {span.end}: rescan and plan again")
-        begin = starts[span.start - 1]
-        end = starts[span.end] if span.end < len(starts) else len(fw.text)
-        lines = fw.text[begin:end].splitlines(keepends=True)
-        directive = lift_directive(lines, _CUDA_MARKER, target)
-        how = f"or'ed with {cuda_exact_test(target)}"
-        return Edit((TextEdit(begin, end, "".join(directive.after)),), how, Granularity.EXACT)
-    key = (fw.package, fw.path)
+        return _cuda_edit(gate, fw, target, exclude=False)
     if gate.kind in (GateKind.PY_RUNTIME, GateKind.PY_BUILD):
-        if key not in trees:
-            trees[key] = py_edit.parse_module(fw.text, fw.path)
+        tree = _tree(fw, trees)
         if gate.kind is GateKind.PY_BUILD:
-            return py_edit.build_edit(fw.text, gate, target, trees[key])
+            return py_edit.build_edit(fw.text, gate, target, tree)
         if at == "definition":
             edit = _definition_edit(gate, fw, target, report)
             if edit is not None:
                 return edit
-        return py_edit.runtime_edit(fw.text, gate, target, trees[key])
+        return py_edit.runtime_edit(fw.text, gate, target, tree)
     if gate.kind is GateKind.CMAKE:
         return cmake_edit(fw.text, gate, target, _line_starts(fw.text))
     raise NoSafeEdit(
@@ -553,14 +542,11 @@ def _definition_guard(
             f"the helper is defined in {first.path}:{first.line}, another module: narrow a gate there"
         )
     fw = file_work(requested)
-    key = (fw.package, fw.path)
-    if key not in trees:
-        trees[key] = py_edit.parse_module(fw.text, fw.path)
     assert first.line is not None
     line = first.line
     functions = [
         n
-        for n in ast.walk(trees[key])
+        for n in ast.walk(_tree(fw, trees))
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
         and n.lineno <= line <= (n.end_lineno or n.lineno)
     ]
@@ -594,27 +580,40 @@ def _definition_guard(
     return min(ranked, key=lambda r: (r[0], r[1]))[2]
 
 
+def _tree(fw: _FileWork, trees: dict[tuple[str, str], ast.Module]) -> ast.Module:
+    """The file's syntax tree, parsed once per plan."""
+    key = (fw.package, fw.path)
+    if key not in trees:
+        trees[key] = py_edit.parse_module(fw.text, fw.path)
+    return trees[key]
+
+
+def _cuda_edit(gate: Gate, fw: _FileWork, target: Arch, exclude: bool) -> Edit:
+    """The directive's lines, or'ed with the target's exact test (or, to exclude it, and'ed with
+    its negation): `liftgate.edits.cuda.lift_directive`."""
+    starts = _line_starts(fw.text)
+    span = gate.location.span
+    if span.end > len(starts):
+        raise NoSafeEdit(f"{gate.location.path} is shorter than line {span.end}: rescan and plan again")
+    begin = starts[span.start - 1]
+    end = starts[span.end] if span.end < len(starts) else len(fw.text)
+    lines = fw.text[begin:end].splitlines(keepends=True)
+    directive = lift_directive(lines, _CUDA_MARKER, target, exclude=exclude)
+    test = cuda_exact_test(target)
+    how = f"and'ed with !{test}" if exclude else f"or'ed with {test}"
+    return Edit((TextEdit(begin, end, "".join(directive.after)),), how, Granularity.EXACT)
+
+
 def _exclude_edit(gate: Gate, fw: _FileWork, target: Arch, trees: dict[tuple[str, str], ast.Module]) -> Edit:
     """The edit that shuts ``target`` out of what ``gate`` admits (``lift --exclude``)."""
     if gate.kind is GateKind.CUDA_PP:
-        starts = _line_starts(fw.text)
-        span = gate.location.span
-        if span.end > len(starts):
-            raise NoSafeEdit(f"{gate.location.path} is shorter than line {span.end}: rescan and plan again")
-        begin = starts[span.start - 1]
-        end = starts[span.end] if span.end < len(starts) else len(fw.text)
-        lines = fw.text[begin:end].splitlines(keepends=True)
-        directive = lift_directive(lines, _CUDA_MARKER, target, exclude=True)
-        how = f"and'ed with !{cuda_exact_test(target)}"
-        return Edit((TextEdit(begin, end, "".join(directive.after)),), how, Granularity.EXACT)
-    key = (fw.package, fw.path)
+        return _cuda_edit(gate, fw, target, exclude=True)
     if gate.kind in (GateKind.PY_RUNTIME, GateKind.PY_BUILD):
-        if key not in trees:
-            trees[key] = py_edit.parse_module(fw.text, fw.path)
+        tree = _tree(fw, trees)
         if gate.kind is GateKind.PY_BUILD:
             span = gate.location.span
-            return py_edit.narrow_list_edit(fw.text, span.start, span.end, target, trees[key])
-        return py_edit.narrow_runtime_edit(fw.text, gate, target, trees[key])
+            return py_edit.narrow_list_edit(fw.text, span.start, span.end, target, tree)
+        return py_edit.narrow_runtime_edit(fw.text, gate, target, tree)
     raise NoSafeEdit(
         f"liftgate does not narrow a {gate.kind.value} gate: "
         + (

@@ -30,7 +30,7 @@ from liftgate.lift.plan import (
     resolve_inside,
     safe_relpath,
 )
-from liftgate.model import Outcome, Report, Status, VerdictKind
+from liftgate.model import Gate, Outcome, Report, Status, VerdictKind
 from liftgate.sources.interface import Observer
 from liftgate.sources.workspace import Workspace
 
@@ -159,19 +159,12 @@ def choose_gates(
     index = es.report.verdict_index()
     if all_liftable:
         outcomes = Outcomes(es.report.gates, es.report.verdicts)
-        by_id = {g.id: g for g in es.report.gates}
-        ids = [
-            v.gate_id
-            for v in es.report.verdicts
-            if v.target == target
-            and v.kind is VerdictKind.LIFTABLE
-            and v.gate_id in by_id
-            and outcomes.of(by_id[v.gate_id], target).loss
-            and outcomes.of(by_id[v.gate_id], target).outcome
-            is not Outcome.OFF  # a switch is set, not edited
-            and (not paths or any(fnmatchcase(by_id[v.gate_id].location.path, p) for p in paths))
-        ]
-        return list(dict.fromkeys(ids)), []
+
+        def lost(gate: Gate) -> bool:
+            reading = outcomes.of(gate, target)
+            return reading.loss and reading.outcome is not Outcome.OFF  # a switch is set, not edited
+
+        return _judged(es, target, VerdictKind.LIFTABLE, paths, lost), []
     chosen, refused = [], []
     from liftgate.lift.plan import resolve_ids
 
@@ -190,13 +183,26 @@ def choose_gates(
 def unsafe_gates(es: EnvScan, target: Arch, paths: Sequence[str] = ()) -> list[str]:
     """Every gate judged an unsafe admission for ``target`` (``lift --exclude T --all-unsafe``), in
     files matching ``paths`` (fnmatch patterns) when given."""
+    return _judged(es, target, VerdictKind.UNSAFE, paths)
+
+
+def _judged(
+    es: EnvScan,
+    target: Arch,
+    kind: VerdictKind,
+    paths: Sequence[str],
+    keep: Callable[[Gate], bool] = lambda _gate: True,
+) -> list[str]:
+    """The ids of the gates with a ``kind`` verdict for ``target`` that ``keep`` keeps, in files
+    matching ``paths`` when given; each once, in verdict order."""
     by_id = {g.id: g for g in es.report.gates}
     ids = [
         v.gate_id
         for v in es.report.verdicts
         if v.target == target
-        and v.kind is VerdictKind.UNSAFE
+        and v.kind is kind
         and v.gate_id in by_id
+        and keep(by_id[v.gate_id])
         and (not paths or any(fnmatchcase(by_id[v.gate_id].location.path, p) for p in paths))
     ]
     return list(dict.fromkeys(ids))
