@@ -150,7 +150,9 @@ RULES: tuple[Rule, ...] = (
         "A compiled object contains GPU code only for some architectures.",
         "The SASS and PTX embedded in a shared library or cubin cover a fixed set of architectures. A GPU "
         "outside that set cannot run the kernels unless PTX for an older, compatible architecture is "
-        "embedded for the driver to JIT-compile.",
+        "embedded for the driver to JIT-compile. The driver picks an image per compiled unit (each source's "
+        "fat binary container), so a library can run some kernels and not others on a GPU (partial): the "
+        "message says how many units run and which kernels have no image.",
         "Compiled code cannot be widened in place: rebuild the package from source with your GPU's "
         "architecture added, after lifting the source gates that exclude it. `liftgate explain GATE_ID SOURCE` "
         "lists the architectures the object contains.",
