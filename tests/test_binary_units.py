@@ -181,3 +181,25 @@ def test_damaged_kernel_tables_are_unread_units_never_crashes(
         return
     for unit in units:
         assert unit.unread is None or unit.unread.startswith("kernel names not read")
+
+
+def test_markdown_marks_partial_coverage(two_units: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "scan",
+                str(two_units),
+                "-t",
+                "sm_120",
+                "--kind",
+                "binary",
+                "--no-cache",
+                "-f",
+                "markdown",
+                "--show",
+                "all",
+            ]
+        )
+        == 0
+    )
+    assert "**excluded** (partial)" in capsys.readouterr().out

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from itertools import groupby
 
 from liftgate.arch.core import Arch
-from liftgate.model import Confidence, Gate, Report, Status, Target, Verdict, VerdictKind
+from liftgate.model import Confidence, Coverage, Gate, Report, Status, Target, Verdict, VerdictKind
 from liftgate.report.chains import chain_views, verdict_line
 from liftgate.report.interface import GroupBy, RenderOptions, Show, printable
 from liftgate.report.losses import feature_losses
@@ -124,6 +124,10 @@ def _cut(text: str, limit: int | None) -> str:
 
 
 def _status_cell(gate: Gate, target: Target) -> str:
+    if gate.coverage is not None:  # a binary some of whose compiled units have no image: say so
+        seen = gate.coverage.coverage(target.arch)
+        if seen is Coverage.PARTIAL:
+            return f"{_STATUS_CELL[gate.status(target.arch)]} (partial)"
     return _STATUS_CELL[gate.status(target.arch)]
 
 
