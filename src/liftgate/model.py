@@ -619,6 +619,8 @@ class Report:
     # The scanned packages' files, for the stages that read source after the scan (judge, chain,
     # trace, lift, explain); not part of the report's value.
     workspace: Workspace | None = field(default=None, compare=False, repr=False)
+    # Where the scan cached its results (None: --no-cache); the judge caches its verdicts there.
+    cache_root: str | None = field(default=None, compare=False, repr=False)
 
     def target_archs(self) -> list[Arch]:
         """The distinct archs of the targets, in the order asked."""

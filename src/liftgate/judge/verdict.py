@@ -548,13 +548,16 @@ def judge_report(
     workspace: Workspace,
     only: Callable[[Gate], bool] | None = None,
     observer: Observer | None = None,
+    cache_root: str | None = None,
 ) -> list[Verdict]:
     """Verdicts for every gate that excludes (or may exclude) one of ``targets``, and an ``unsafe``
     verdict for every gate that admits one into code using a feature it lacks (`judge_admitted`).
 
     ``workspace`` reads the packages' files. ``only`` limits which gates are judged (all gates
     still inform the analysis). ``observer`` is started once with the number of (gate, target)
-    pairs to judge and advanced by one per pair; the caller finishes it.
+    pairs to judge and advanced by one per pair; the caller finishes it. With ``cache_root`` (and
+    no ``only``), a package's verdicts for a target are taken from the cache when nothing they can
+    depend on changed (`liftgate.judge.cache`), and stored there otherwise.
     """
     observer = observer or NullObserver()
     by_package: dict[tuple[str, str | None], list[Gate]] = {}
@@ -562,6 +565,11 @@ def judge_report(
         by_package.setdefault((gate.location.package, gate.location.version), []).append(gate)
     # The (gate, target) pairs to judge, per package and target, before any is judged: their count
     # is the phase's total.
+    from liftgate.judge.cache import VerdictCache
+
+    cache = VerdictCache(cache_root, workspace) if cache_root is not None and only is None else None
+    cached: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = {}
+    keys: dict[tuple[tuple[str, str | None], Arch], str] = {}
     plan: list[tuple[tuple[str, str | None], list[Gate], list[tuple[Arch, list[Gate]]]]] = []
     for key in workspace.package_keys():
         pkg_gates = by_package.get(key, [])
@@ -577,26 +585,41 @@ def judge_report(
                 if g.status(target) is not Status.ADMITTED
                 or (g.kind in ADMITTED_KINDS and _reached(g, target, by_id))
             ]
+            if todo and cache is not None:
+                cache_key = cache.key(key, pkg_gates, target)
+                hit = cache.load(cache_key) if cache_key is not None else None
+                if hit is not None:
+                    cached[(key, target)] = hit
+                    continue
+                if cache_key is not None:
+                    keys[(key, target)] = cache_key
             if todo:
                 work.append((target, todo))
         if work:
             plan.append((key, pkg_gates, work))
     observer.start("judging the gated code", total=sum(len(todo) for _, _, work in plan for _, todo in work))
-    verdicts: list[Verdict] = []
+    judged: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = dict(cached)
     for (name, version), pkg_gates, work in plan:
         paths = sorted(workspace.files(name, version))
         store = FileStore(paths, functools.partial(workspace.read, name, version))
         for target, todo in work:
             ctx = _build_context(store, paths, pkg_gates, target)
+            found_here: list[Verdict] = []
             for g in todo:
                 if g.status(target) is Status.ADMITTED:
                     found = judge_admitted(g, target, ctx)
                     if found is not None:
-                        verdicts.append(found)
+                        found_here.append(found)
                 else:
-                    verdicts.append(judge_gate(g, target, ctx))
+                    found_here.append(judge_gate(g, target, ctx))
                 observer.advance(1)
-    return verdicts
+            judged[((name, version), target)] = found_here
+            if cache is not None and ((name, version), target) in keys:
+                cache.store(keys[((name, version), target)], found_here)
+    # In package and target order, whether judged now or taken from the cache.
+    return [
+        v for key in workspace.package_keys() for target in targets for v in judged.get((key, target), ())
+    ]
 
 
 def _reached(gate: Gate, target: Arch, by_id: dict[str, Gate]) -> bool:
@@ -652,7 +675,14 @@ def judge_scan(
     workspace = report.files("the judge")
     observer = observer or NullObserver()
     try:
-        verdicts = judge_report(report.gates, report.target_archs(), workspace, only=only, observer=observer)
+        verdicts = judge_report(
+            report.gates,
+            report.target_archs(),
+            workspace,
+            only=only,
+            observer=observer,
+            cache_root=report.cache_root,
+        )
     finally:
         observer.finish()
     return replace(report, verdicts=(*report.verdicts, *verdicts))

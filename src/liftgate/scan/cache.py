@@ -131,6 +131,14 @@ class ScanCache:
     def store_details(self, key: str, value: dict[str, tuple[object, ...]]) -> None:
         self._store(f"details/{key}-{code_fingerprint()[:16]}.bin", value)
 
+    def load_verdicts(self, key: str) -> list[tuple[object, ...]] | None:
+        """A package's verdicts for one target, as plain rows (`liftgate.judge.cache`)."""
+        value = self._load(f"verdicts/{key}.bin")
+        return value if isinstance(value, list) else None
+
+    def store_verdicts(self, key: str, rows: list[tuple[object, ...]]) -> None:
+        self._store(f"verdicts/{key}.bin", rows)
+
     def load_result(self, key: str) -> tuple[list[Gate], list[Skip], list[TorchOp]] | None:
         value = self._load(f"result/{key}.bin")
         if not (isinstance(value, tuple) and len(value) == 3):

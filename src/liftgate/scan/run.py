@@ -136,6 +136,7 @@ def scan(
         cuda_version=cuda_version,
         notes=tuple(notes),
         workspace=workspace,
+        cache_root=str(cache_root_dir) if use_cache else None,
     )
 
 
