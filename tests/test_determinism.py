@@ -1,0 +1,72 @@
+"""The same inputs give the same report whatever ``-j`` is (issue 21): fixture trees with include
+cycles, build flags, Python indirection and shipped-kernel-free packages are scanned with 1, 2 and 4
+workers, files cut into chunks of one so that every worker sees a different order, and the JSON
+reports (timings aside) are byte-identical."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from liftgate.detect import cfamily
+from liftgate.judge.verdict import judge_scan
+from liftgate.report import OutputFormat, render
+from liftgate.report.interface import RenderOptions, Show
+from liftgate.scan import scan
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TREES = [
+    FIXTURES / "cuda" / "minikern",
+    FIXTURES / "cuda" / "flagpkg",
+    FIXTURES / "outcomes" / "unsafe",
+    FIXTURES / "outcomes" / "polar",
+    FIXTURES / "python" / "indirect",
+]
+T = TypeVar("T")
+
+# Two headers that include each other, and three sources entering the cycle at different points:
+# what each header exports must not depend on which source a worker analysed first.
+CYCLE = {
+    "include/a.h": (
+        '#ifndef A_H\n#define A_H\n#include "b.h"\n'
+        "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n#define HAS_A 1\n#endif\n#endif\n"
+    ),
+    "include/b.h": '#ifndef B_H\n#define B_H\n#include "a.h"\n#ifdef HAS_A\n#define HAS_B 1\n#endif\n#endif\n',
+    "csrc/via_a.cu": '#include "../include/a.h"\n#ifdef HAS_B\nint b;\n#endif\n#ifdef HAS_A\nint a;\n#endif\n',
+    "csrc/via_b.cu": '#include "../include/b.h"\n#ifdef HAS_B\nint b;\n#endif\n#ifdef HAS_A\nint a;\n#endif\n',
+    "csrc/z_via_a.cu": '#include "../include/a.h"\n#if HAS_B\nint z;\n#endif\n',
+}
+
+
+def _one_file_chunks(items: Sequence[T], parts: int, min_size: int) -> list[list[T]]:
+    return [[item] for item in items]
+
+
+def _report(trees: list[str], jobs: int) -> str:
+    report = judge_scan(
+        scan(trees, ["sm_120", "sm_90", "sm_121a"], cuda_version=(13, 0), jobs=jobs, use_cache=False)
+    )
+    doc = json.loads(render(report, OutputFormat.JSON, RenderOptions(show=Show.ALL)))
+    doc.pop("elapsed_s", None)
+    doc.get("summary", {}).pop("elapsed_s", None)
+    return json.dumps(doc, sort_keys=True)
+
+
+@pytest.mark.parametrize("jobs", [2, 4])
+def test_the_report_is_the_same_whatever_the_job_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
+) -> None:
+    cycle = tmp_path / "cycle"
+    for path, text in CYCLE.items():
+        (cycle / path).parent.mkdir(parents=True, exist_ok=True)
+        (cycle / path).write_text(text)
+    trees = [str(t) for t in TREES] + [str(cycle)]
+    monkeypatch.setattr(cfamily, "_chunks", _one_file_chunks)
+    monkeypatch.setattr(cfamily, "_POOL_THRESHOLD", 1)  # the worker pool even for a few files
+    one = _report(trees, 1)
+    assert '"gates": []' not in one
+    assert _report(trees, jobs) == one
