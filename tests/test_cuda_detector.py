@@ -569,3 +569,50 @@ def test_a_maybe_definition_merged_over_the_same_definition_is_no_unknown() -> N
     only = analyzer.analyze("csrc/only.cu", MAYBE["csrc/only.cu"])
     (gate,) = only.gates
     assert not gate.admitted and gate.unknown  # defined, or not: SOME_BUILD_SETTING decides
+
+
+def _order_independent(files: dict[str, str], sources: list[str]) -> dict[str, tuple[object, ...]]:
+    """Each source analysed in every order by one analyser gives the same gates and skips."""
+    import itertools
+
+    results = []
+    for order in itertools.permutations(sources):
+        analyzer = PackageAnalyzer("deep", None, files.get, list(files), CUDA_VERSION)
+        got = {}
+        for path in order:
+            r = analyzer.analyze(path, files[path])
+            got[path] = (
+                tuple((g.location.line, g.admitted.names()) for g in r.gates),
+                tuple(s.reason for s in r.skips),
+            )
+        results.append(got)
+    assert all(r == results[0] for r in results)
+    return results[0]
+
+
+def test_a_cycle_whose_member_is_too_deep_is_a_skip_in_any_order() -> None:
+    # a.h <-> b.h, and a.h also includes a chain 205 headers deep: past a compiler's limit.
+    files = {f"include/d{i}.h": f'#include "d{i + 1}.h"\n' for i in range(205)}
+    files["include/d205.h"] = "#define DEEP 1\n"
+    files["include/a.h"] = '#pragma once\n#include "b.h"\n#include "d0.h"\n'
+    files["include/b.h"] = '#pragma once\n#include "a.h"\n'
+    files["csrc/x.cu"] = '#include "../include/a.h"\n#if __CUDA_ARCH__ >= 900\nint x;\n#endif\n'
+    files["csrc/y.cu"] = '#include "../include/b.h"\n#if __CUDA_ARCH__ >= 900\nint y;\n#endif\n'
+    got = _order_independent(files, ["csrc/x.cu", "csrc/y.cu"])
+    for path in ("csrc/x.cu", "csrc/y.cu"):
+        gates, skips = got[path]
+        assert not gates and len(skips) == 1 and "deeper than 200" in str(skips[0]), (path, skips)
+
+
+def test_hundreds_of_chained_cycles_are_warmed_without_recursion() -> None:
+    # c{i}a.h <-> c{i}b.h, and c{i}a.h includes c{i+1}a.h: 250 cycles, one below the other.
+    files = {}
+    for i in range(250):
+        below = f'#include "c{i + 1}a.h"\n' if i < 249 else "#define LEAF 1\n"
+        files[f"include/c{i}a.h"] = f'#pragma once\n#include "c{i}b.h"\n{below}'
+        files[f"include/c{i}b.h"] = f'#pragma once\n#include "c{i}a.h"\n'
+    files["csrc/top.cu"] = '#include "../include/c0a.h"\n#if __CUDA_ARCH__ >= 900\nint t;\n#endif\n'
+    files["csrc/mid.cu"] = '#include "../include/c100b.h"\n#if __CUDA_ARCH__ >= 900\nint m;\n#endif\n'
+    got = _order_independent(files, ["csrc/top.cu", "csrc/mid.cu"])
+    assert "deeper than 200" in str(got["csrc/top.cu"][1])  # 250 nested includes: a compiler stops too
+    assert got["csrc/mid.cu"][0] and not got["csrc/mid.cu"][1]  # 150 deep: read

@@ -45,7 +45,7 @@ def _runs_elsewhere(gate: Gate, target: Arch) -> bool:
     coverage = gate.coverage
     if coverage is None:
         return False
-    return any(not u.runs(target) and (u.native or u.ptx_jit) for u in coverage.units)
+    return any(not u.empty and not u.runs(target) and (u.native or u.ptx_jit) for u in coverage.units)
 
 
 def _oldest(archs: ArchSet) -> tuple[int, int] | None:

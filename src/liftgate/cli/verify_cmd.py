@@ -212,7 +212,7 @@ def _apply_plan_file(path: str, env: str | None) -> str:
             files,
             tuple(doc.get("notes", ())),
             doc.get("verified", False),
-            bool(doc.get("exclude", False)),
+            doc.get("exclude") is True,
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LiftError(f"{path} is not a plan from `liftgate lift --dry-run --format json`: {exc}") from exc

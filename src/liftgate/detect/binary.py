@@ -36,9 +36,8 @@ import io
 import os
 import re
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import Any, BinaryIO
 
 from liftgate.arch.core import Arch, ArchSet, arch_data, universe
@@ -388,6 +387,8 @@ def _order(name: str) -> tuple[int, str]:
 MAX_NAME_BYTES = 1 << 30  # payload bytes read, plus bytes decompressed, for kernel names, per file
 MAX_UNPACKED = 256 << 20  # one entry decompressed (real cubins: tens of MB)
 MAX_SYMBOLS = 1 << 20  # symbols of one cubin
+MAX_KERNELS = 1 << 17  # kernels named in one cubin (libtorch_cuda.so: 23,693 in the whole file)
+MAX_NAME_LENGTH = 1 << 14  # bytes of one kernel's mangled name (CUTLASS's longest: a few thousand)
 _ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _SECTION = struct.Struct("<IIQQQQIIQQ")  # name, type, flags, addr, offset, size, link, info, align, entsize
 _SYMBOL = struct.Struct("<IBBHQQ")
@@ -498,7 +499,7 @@ def _cubin_kernels(fh: BinaryIO, image: KernelImage, file_size: int, budget: lis
         raise FatbinError("a cubin's section table is malformed")
     table = _read_at(fh, base + shoff, shnum * _SECTION.size, end, budget)
     sections = [_SECTION.unpack_from(table, n * _SECTION.size) for n in range(shnum)]
-    names: list[str] = []
+    names: dict[str, None] = {}
     for sec in sections:
         if sec[1] != _SHT_SYMTAB or not 0 <= sec[6] < shnum:
             continue
@@ -511,11 +512,16 @@ def _cubin_kernels(fh: BinaryIO, image: KernelImage, file_size: int, budget: lis
         for n in range(count):
             st_name, st_info, st_other, _shndx, _value, _size = _SYMBOL.unpack_from(symbols, n * _SYMBOL.size)
             if st_info & 0xF == _STT_FUNC and st_other & _STO_CUDA_ENTRY and st_name < len(strings):
-                stop = strings.find(b"\0", st_name)
-                names.append(
-                    strings[st_name : stop if stop >= 0 else len(strings)].decode("ascii", "replace")
-                )
-    return tuple(dict.fromkeys(names))
+                stop = strings.find(b"\0", st_name, st_name + MAX_NAME_LENGTH + 1)
+                if stop < 0:
+                    continue  # no end within the limit: not a name liftgate shows
+                name = strings[st_name:stop].decode("ascii", "replace")
+                if name not in names:
+                    _spend(budget, len(name))
+                    names[name] = None
+                    if len(names) > MAX_KERNELS:
+                        raise FatbinError(f"a cubin names more than {MAX_KERNELS:,} kernels")
+    return tuple(names)
 
 
 def _payload(fh: BinaryIO, image: KernelImage, file_size: int, budget: list[int]) -> bytes | None:
@@ -536,7 +542,12 @@ def _payload(fh: BinaryIO, image: KernelImage, file_size: int, budget: list[int]
         if image.flags & FLAG_COMPRESSED_ZSTD:
             import zstandard
 
-            out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+            # Streamed with a bound: a frame's own content size is not believed (a bomb claims little
+            # in the entry header and a lot in the frame).
+            with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+                out: bytes = reader.read(size + 1)
+            if len(out) != size:
+                raise FatbinError(f"decompresses to more or less than the {size:,} bytes its header gives")
         else:
             out = _lz4_block(data, image.packed, size)
     except Exception as exc:  # each library raises its own error types for a damaged frame
@@ -549,8 +560,9 @@ def _lz4_block(data: bytes, packed: int, size: int) -> bytes:
     recorded), else found by trying the few lengths the padding allows (at most 8 bytes)."""
     import lz4.block
 
-    bare = len(data.rstrip(b"\0"))
-    lengths = ([packed] if packed else []) + [n for n in range(bare, min(bare + 9, len(data) + 1))]
+    # The payload is padded to 8 bytes: the block's own length is within the last 8 (trailing zero
+    # literals of the block make stripping zeros wrong).
+    lengths = ([packed] if packed else []) + list(range(len(data), max(len(data) - 8, 0), -1))
     problem: Exception | None = None
     for n in dict.fromkeys(lengths):
         try:
@@ -563,57 +575,91 @@ def _lz4_block(data: bytes, packed: int, size: int) -> bytes:
     raise FatbinError(f"not an LZ4 block of the length its header gives ({problem})")
 
 
-@cache
-def _demangler() -> Any:
-    """``__cxa_demangle`` from the C++ runtime, through ctypes; None where there is none."""
-    import ctypes
-    import ctypes.util
+# The demangler runs in a child process with a memory limit: a crafted name of a few hundred bytes
+# can demangle (through back-references) to gigabytes, and __cxa_demangle then fails cleanly inside
+# the limit instead of exhausting this process. One child per binary, for all of its kernels.
+_DEMANGLE_CHILD = r"""
+import ctypes, ctypes.util, resource, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+fn = None
+for name in (ctypes.util.find_library("stdc++"), "libstdc++.so.6", ctypes.util.find_library("c++")):
+    if not name:
+        continue
+    try:
+        fn = ctypes.CDLL(name).__cxa_demangle
+        break
+    except (OSError, AttributeError):
+        continue
+names = sys.stdin.buffer.read().split(b"\0")
+out = []
+if fn is not None:
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    free = ctypes.CDLL(None).free
+    free.argtypes = [ctypes.c_void_p]
+total = 0
+for name in names:
+    text = b""
+    if fn is not None and name.startswith(b"_Z") and total < TOTAL:
+        status = ctypes.c_int()
+        ptr = fn(name, None, None, ctypes.byref(status))
+        if ptr:
+            if status.value == 0:
+                text = ctypes.string_at(ptr)[: MAX]
+            free(ptr)
+    total += len(text)
+    out.append(text)
+sys.stdout.buffer.write(b"\0".join(out))
+"""
+MAX_DEMANGLED = 1 << 16  # characters of one demangled name kept (the rest is never shown)
+MAX_DEMANGLED_TOTAL = 64 << 20  # demangled bytes per binary (libtorch_cuda.so: about 7 MB)
+DEMANGLE_MEMORY = 1 << 30  # address space of the demangling child
+DEMANGLE_SECONDS = 60
 
-    for name in (ctypes.util.find_library("stdc++"), "libstdc++.so.6", ctypes.util.find_library("c++")):
-        if not name:
-            continue
+
+def demangle_all(names: Sequence[str]) -> list[str]:
+    """Each of ``names`` demangled (``_ZN6marlin6MarlinILi4EEEvPf`` as ``void
+    marlin::Marlin<4>(float*)``), or itself when it is not mangled, the demangler refuses it or
+    cannot finish it within the child's limits, or the platform has no C++ runtime to ask."""
+    import subprocess
+    import sys
+
+    todo = [n for n in dict.fromkeys(names) if n.startswith("_Z") and "\0" not in n]
+    found: dict[str, str] = {}
+    if todo:
+        code = _DEMANGLE_CHILD.replace("[: MAX]", f"[:{MAX_DEMANGLED}]").replace(
+            "< TOTAL", f"< {MAX_DEMANGLED_TOTAL}"
+        )
         try:
-            lib = ctypes.CDLL(name)
-            fn = lib.__cxa_demangle
-        except (OSError, AttributeError):
-            continue
-        fn.restype = ctypes.c_void_p
-        fn.argtypes = [
-            ctypes.c_char_p,
-            ctypes.c_char_p,
-            ctypes.POINTER(ctypes.c_size_t),
-            ctypes.POINTER(ctypes.c_int),
-        ]
-        free = ctypes.CDLL(None).free
-        free.argtypes = [ctypes.c_void_p]
-        return fn, free
-    return None
+            done = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", code, str(DEMANGLE_MEMORY)],
+                input="\0".join(todo).encode("utf-8", "replace"),
+                capture_output=True,
+                timeout=DEMANGLE_SECONDS,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            done = None
+        if done is not None and done.returncode == 0:
+            answers = done.stdout.split(b"\0")
+            if len(answers) == len(todo):
+                for name, text in zip(todo, answers, strict=True):
+                    if text:
+                        found[name] = text.decode("utf-8", "replace")
+    return [found.get(n, n) for n in names]
 
 
 def demangle(name: str) -> str:
-    """``_ZN6marlin6MarlinILi4EEEvPf`` as ``void marlin::Marlin<4>(float*)``; ``name`` itself when
-    it is not mangled or no demangler is available."""
-    import ctypes
-
-    found = _demangler()
-    if found is None or not name.startswith("_Z") or len(name) > 1 << 16:
-        return name
-    fn, free = found
-    status = ctypes.c_int()
-    out = fn(name.encode(), None, None, ctypes.byref(status))
-    if not out or status.value != 0:
-        return name
-    try:
-        return ctypes.string_at(out).decode("utf-8", "replace")
-    finally:
-        free(out)
+    """One name, as `demangle_all` does it."""
+    return demangle_all([name])[0]
 
 
-def kernel_display(mangled: str, limit: int = 120) -> str:
-    """A kernel's name for people: demangled, without return type and parameters, long template
-    arguments elided from the inside out (``cutlass::device_kernel<flash::FlashAttnFwdCombine<…>>``,
-    then ``marlin::Marlin<…>``)."""
-    plain = demangle(mangled)
+def kernel_display(mangled: str, limit: int = 120, demangled: str | None = None) -> str:
+    """A kernel's name for people: demangled (``demangled``, when `demangle_all` gave it already),
+    without return type and parameters, long template arguments elided from the inside out
+    (``cutlass::device_kernel<flash::FlashAttnFwdCombine<…>>``, then ``marlin::Marlin<…>``)."""
+    plain = (demangle(mangled) if demangled is None else demangled)[:MAX_DEMANGLED]
     text = (
         _from_mangled(mangled) if plain == mangled and mangled.startswith("_Z") else _strip_signature(plain)
     )
@@ -636,6 +682,9 @@ def _from_mangled(name: str) -> str:
             j = i
             while j < n and name[j].isdigit():
                 j += 1
+            if j - i > 6:  # no identifier is that long: not a length
+                i = j
+                continue
             size = int(name[i:j])
             ident = name[j : j + size]
             if size and _IDENT.fullmatch(ident):
@@ -737,17 +786,24 @@ def unit_coverage(units: Iterable[Unit]) -> tuple[ArchSet, ArchSet, ArchSet, tup
     """(every unit runs natively, every unit runs but some only through the JIT, some run and some
     do not) over the known targets, and the units as typed facts."""
     every = list(universe())
+    units = [u for u in units if u.images]
+    mangled = [k for u in units for k in u.kernels]
+    shown = dict(
+        zip(
+            mangled,
+            (kernel_display(k, demangled=d) for k, d in zip(mangled, demangle_all(mangled), strict=True)),
+            strict=True,
+        )
+    )
     compiled: list[CompiledUnit] = []
     for unit in units:
-        if not unit.images:
-            continue
         native, jit = admitted_archs(unit.images)
         compiled.append(
             CompiledUnit(
                 tuple(sorted({i.name for i in unit.images}, key=_order)),
                 native,
                 jit,
-                tuple(kernel_display(k) for k in unit.kernels),
+                tuple(shown[k] for k in unit.kernels),
                 unit.unread,
             )
         )
@@ -870,7 +926,7 @@ def missing_groups(cov: BinaryCoverage, arch: Arch) -> list[tuple[str, int]]:
 def needs_jit(cov: BinaryCoverage, arch: Arch) -> bool:
     """Whether some compiled unit runs on ``arch`` only through the driver's PTX JIT."""
     if cov.units:
-        return any(arch not in u.native and arch in u.ptx_jit for u in cov.units)
+        return any(arch not in u.native and arch in u.ptx_jit and not u.empty for u in cov.units)
     return arch in cov.ptx_jit
 
 

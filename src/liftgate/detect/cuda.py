@@ -524,6 +524,9 @@ class Walker:
                 cur = current[lane] if isinstance(current, tuple) else current
                 nxt = new[lane] if isinstance(new, tuple) else new
                 entries.append(_settle(cur, nxt, a, untouched))
+        # One MaybeDef per definition, so that lanes alike are stored as one value (and evaluated once).
+        shared: dict[int, MacroEntry] = {}
+        entries = [shared.setdefault(id(e.definition), e) if isinstance(e, MaybeDef) else e for e in entries]
         first = entries[0]
         self.table[name] = first if all(e is first for e in entries) else tuple(entries)
 
@@ -927,6 +930,9 @@ class Walker:
                 depends.append(
                     f"{name} = {shown} (assumed for CUDA {self.cuda_version[0]}.{self.cuda_version[1]})"
                 )
+            elif isinstance(value, MaybeDef):
+                where = f" ({value.definition.path}:{value.definition.line})" if value.definition.path else ""
+                depends.append(f"{name} (defined{where} only under a condition liftgate cannot decide)")
             elif isinstance(value, UnknownEntry) and name in _FEATURE_TESTS:
                 depends.append(f"{name}(…) (a compiler feature test; its answer depends on the toolchain)")
             elif isinstance(value, UnknownEntry):
@@ -1259,7 +1265,7 @@ class IncludeIndex:
     def __init__(self, paths: Iterable[str]) -> None:
         self.paths = set(paths)
         self.by_base: dict[str, list[str]] = {}
-        for p in self.paths:
+        for p in sorted(self.paths):  # sorted: a tie below never depends on the process's hash seed
             self.by_base.setdefault(posixpath.basename(p), []).append(p)
 
     def resolve(self, including: str, name: str, angle: bool) -> str | None:
@@ -1281,9 +1287,9 @@ class IncludeIndex:
         if len(matches) == 1:
             return matches[0]
 
-        def closeness(p: str) -> tuple[int, int]:
+        def closeness(p: str) -> tuple[int, int, str]:
             common = posixpath.commonpath([p, including]) if "/" in including else ""
-            return (-len(common), len(p))
+            return (-len(common), len(p), p)
 
         return min(matches, key=closeness)
 
@@ -1386,7 +1392,10 @@ class PackageAnalyzer:
         self._exports: dict[str, HeaderExport] = {}
         self._in_progress: dict[str, Walker] = {}
         self._cycle: dict[str, tuple[str, ...]] = {}  # file -> its include cycle's members, sorted
+        self._cycle_rank: dict[tuple[str, ...], int] = {}  # cycles in the order found: leaves first
         self._warmed: set[tuple[str, ...]] = set()
+        self._settled: set[str] = set()  # files every cycle below which is warm
+        self._cycle_open: dict[tuple[str, ...], int] = {}  # members of each cycle on the walk stack
 
     def _includes(self, path: str) -> list[str]:
         """The package files ``path`` names in an #include, whatever the conditions around it."""
@@ -1447,27 +1456,63 @@ class PackageAnalyzer:
                 cycle = tuple(sorted(members)) if looped else ()
                 for member in members:
                     self._cycle[member] = cycle
+                if cycle:
+                    # Tarjan completes a component after every component it reaches: leaves first.
+                    self._cycle_rank.setdefault(cycle, len(self._cycle_rank))
 
     def _warm(self, path: str) -> None:
-        """Export every member of ``path``'s include cycle, in path order, before any is used."""
+        """Export, before any is used, the members of every include cycle ``path`` reaches: cycles
+        nearer the leaves first (the order Tarjan finds them in), so that warming one never has
+        another to warm inside it (no recursion, whatever the depth); each cycle's members in path
+        order, then each again as entered at itself."""
+        if path in self._settled:
+            return
         if path not in self._cycle:
             self._find_cycles(path)
-        cycle = self._cycle[path]
-        if not cycle or cycle in self._warmed:
-            return
+        reached: list[tuple[str, ...]] = []
+        todo, seen = [path], {path}
+        while todo:  # every file reachable from ``path`` whose cycles are not known to be warm
+            node = todo.pop()
+            cycle = self._cycle.get(node)
+            if cycle and cycle not in self._warmed:
+                reached.append(cycle)
+            for nxt in self._includes(node):
+                if nxt not in seen and nxt not in self._settled:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        # Settled before the cycles are warmed: a file reachable from a cycle reaches only cycles
+        # found before it (warm by then) or that cycle itself, so a walk inside warming has nothing
+        # left to warm.
+        fresh = seen - self._settled
+        self._settled |= fresh
+        try:
+            for cycle in sorted(set(reached), key=self._cycle_rank.__getitem__):
+                self._warm_cycle(cycle)
+        except BaseException:
+            self._settled -= fresh
+            raise
+
+    def _warm_cycle(self, cycle: tuple[str, ...]) -> None:
         self._warmed.add(cycle)
         members = [m for m in cycle if self.lexed(m) is not None]
-        for member in members:  # a first approximation: each member as the path order meets it
-            if member not in self._exports:
-                self.export(member)
-        # Then each member as entered at itself, the others as first approximated: what a file
-        # that includes it gets (a member walked inside another saw that one part-way).
-        entered: dict[str, HeaderExport] = {}
-        for member in members:
-            first = self._exports.pop(member)
-            entered[member] = self._walk_export(member)
-            self._exports[member] = first
-        self._exports.update(entered)
+        try:
+            for member in members:  # a first approximation: each member as the path order meets it
+                if member not in self._exports:
+                    self._exports[member] = self._walk_export(member)
+            # Then each member as entered at itself, the others as first approximated: what a file
+            # that includes it gets (a member walked inside another saw that one part-way).
+            entered: dict[str, HeaderExport] = {}
+            for member in members:
+                first = self._exports.pop(member, None)
+                entered[member] = self._walk_export(member)
+                if first is not None:
+                    self._exports[member] = first
+            self._exports.update(entered)
+        except BaseException:
+            self._warmed.discard(cycle)  # half done: the next file that needs it starts over
+            for member in members:
+                self._exports.pop(member, None)
+            raise
 
     def lexed(self, path: str) -> LexedFile | None:
         if path not in self._lexed:
@@ -1523,7 +1568,7 @@ class PackageAnalyzer:
         what it has; the file's own `Unbalanced` and `OverBudget` propagate.
         """
         stack: list[tuple[str, Walker, Generator[str, HeaderExport, None]]] = [(path, walker, walker.walk())]
-        self._in_progress[path] = walker
+        self._begin(path, walker)
         reply: HeaderExport | None = None
         try:
             while stack:
@@ -1543,7 +1588,7 @@ class PackageAnalyzer:
                     self._exports[top_path] = HeaderExport({}, frozenset(), 1, str(exc))
                     return f"its include {top_path} has {exc}"
                 if target is None:  # the file on top is done
-                    del self._in_progress[top_path]
+                    self._end(top_path)
                     stack.pop()
                     reply = HeaderExport(top.table, frozenset(top.local_names), top.include_height + 1)
                     if stack or header:
@@ -1553,7 +1598,7 @@ class PackageAnalyzer:
                 self._warm(target)
                 reply = self._known_export(target)
                 cycle = self._cycle.get(target)
-                if reply is not None and cycle and any(m in self._in_progress for m in cycle):
+                if reply is not None and cycle and self._cycle_open.get(cycle):
                     # Inside its own cycle a member's guard stops most of it: its height as
                     # entered at itself (which walked the others) would count the cycle twice.
                     reply = dataclasses.replace(reply, height=1)
@@ -1568,13 +1613,25 @@ class PackageAnalyzer:
                 lexed = self.lexed(target)
                 assert lexed is not None
                 header_walker = self._walker(target, lexed, collect_gates=False)
-                self._in_progress[target] = header_walker
+                self._begin(target, header_walker)
                 stack.append((target, header_walker, header_walker.walk()))
             return None
         finally:
             for unfinished, _, walk in stack:
                 walk.close()
-                self._in_progress.pop(unfinished, None)
+                self._end(unfinished)
+
+    def _begin(self, path: str, walker: Walker) -> None:
+        self._in_progress[path] = walker
+        cycle = self._cycle.get(path)
+        if cycle:
+            self._cycle_open[cycle] = self._cycle_open.get(cycle, 0) + 1
+
+    def _end(self, path: str) -> None:
+        if self._in_progress.pop(path, None) is not None:
+            cycle = self._cycle.get(path)
+            if cycle:
+                self._cycle_open[cycle] -= 1
 
     def _walker(self, path: str, lexed: LexedFile, collect_gates: bool) -> Walker:
         return Walker(

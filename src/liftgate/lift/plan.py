@@ -352,7 +352,7 @@ def _plan_once(
     skipped = list(skipped_before)
     planned: list[PlannedGate] = []
     notes: list[str] = []
-    edited: dict[str, str] = {}  # the gate actually edited -> the requested gate it serves
+    edited: dict[str, tuple[str, Granularity]] = {}  # the gate edited -> the first requested gate it serves
     trees: dict[tuple[str, str], ast.Module] = {}
 
     def file_work(gate: Gate) -> _FileWork:
@@ -419,12 +419,10 @@ def _plan_once(
             )
         for gate in targets_to_edit:
             if gate.id in edited:
+                first_id, first_granularity = edited[gate.id]
                 planned.append(
                     _planned(
-                        requested,
-                        "the same definition edit as " + edited[gate.id],
-                        Granularity.EXACT,
-                        via_note,
+                        requested, "the same definition edit as " + first_id, first_granularity, via_note
                     )
                 )
                 break
@@ -444,7 +442,7 @@ def _plan_once(
                     if gate.kind is not GateKind.CMAKE
                     else _eol(fw.text, last)
                 )
-            edited[gate.id] = requested.id
+            edited[gate.id] = (requested.id, granularity)
             planned.append(_planned(requested, edit.how, granularity, via_note))
     shas = [sha256(fw.data) for fw in work.values()]
     lift_id = lift_id_for(target, [p.gate_id for p in planned], shas, exclude)
