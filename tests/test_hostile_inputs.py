@@ -476,6 +476,33 @@ def test_trace_forwards_ctrl_c_to_the_process_group(tmp_path: Path, monkeypatch:
         _kill(pid)
 
 
+def test_a_ctrl_c_caught_by_another_thread_still_stops_the_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process-directed SIGINT lands on any thread. Sent here to a helper thread itself, it
+    runs Python's handler with the main thread blocked waiting for the command: the wait must
+    come back to Python (in slices) for the Ctrl-C to take effect, not wait 300 s."""
+    from liftgate.trace import session
+
+    monkeypatch.setattr(session, "GRACE_S", 1.0, raising=False)
+    pidfile = tmp_path / "grandchild.pid"
+    pid = None
+    command = ["sh", "-c", f"sleep 300 & echo $! > {pidfile}; sleep 300"]
+    timer = threading.Thread(
+        target=lambda: (read_pid(str(pidfile)), signal.pthread_kill(threading.get_ident(), signal.SIGINT))
+    )
+    try:
+        timer.start()
+        with safety_net(60):
+            run = session.run_traced(command)
+        timer.join()
+        pid = read_pid(str(pidfile))
+        assert any("interrupted (Ctrl-C)" in note for note in run.trace.notes)
+        assert wait_until(lambda: not process_alive(pid)), f"grandchild {pid} still running"
+    finally:
+        _kill(pid)
+
+
 class _NoTelemetry:
     def __enter__(self) -> _NoTelemetry:
         return self

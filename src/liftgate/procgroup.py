@@ -100,6 +100,26 @@ def stop(proc: subprocess.Popen[bytes], first: int = signal.SIGTERM, grace: floa
             _signal_group(proc.pid, signal.SIGKILL)
 
 
+def wait(proc: subprocess.Popen[bytes], timeout: float | None = None) -> int:
+    """``proc.wait(timeout)``, in slices of a quarter second.
+
+    A process-directed signal (Ctrl-C at the terminal, a ``kill`` of liftgate) goes to any thread
+    of the process. Python runs the handler in the main thread, but a main thread blocked in one
+    long ``waitpid`` is woken only if the signal landed on it; with another thread alive (a
+    progress display, a worker pool's manager), a Ctrl-C could wait for the command to end. In
+    slices, the main thread returns to Python at least every 0.25 s and the handler runs.
+    Raises `subprocess.TimeoutExpired` like ``Popen.wait``.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
+        try:
+            return proc.wait(timeout=step)
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout or 0.0) from None
+
+
 @contextlib.contextmanager
 def forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
     """While the block runs, SIGTERM and SIGHUP sent to liftgate go to ``proc``'s group as well, and

@@ -220,7 +220,7 @@ def run_traced(
         else:
             try:
                 with procgroup.forwarding(proc):
-                    exit_code = proc.wait(timeout=timeout)
+                    exit_code = procgroup.wait(proc, timeout)
             except subprocess.TimeoutExpired:
                 exit_code = procgroup.stop(proc, signal.SIGINT, GRACE_S)
                 all_notes.append(f"the command ran past {timeout:g} s and was interrupted")

@@ -144,7 +144,7 @@ def run_command(
             raise VerifyError(f"cannot run {opts.command[0]}: {exc.strerror or exc}") from exc
         try:
             with procgroup.forwarding(proc):
-                code = proc.wait(timeout=opts.timeout_s)
+                code = procgroup.wait(proc, opts.timeout_s)
         except subprocess.TimeoutExpired:
             procgroup.stop(proc, signal.SIGTERM, GRACE_S)
             code = -9
