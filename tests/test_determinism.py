@@ -17,6 +17,7 @@ from liftgate.judge.verdict import judge_scan
 from liftgate.report import OutputFormat, render
 from liftgate.report.interface import RenderOptions, Show
 from liftgate.scan import scan
+from test_cuda_detector import CYCLE as CUDA_CYCLE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TREES = [
@@ -28,18 +29,9 @@ TREES = [
 ]
 T = TypeVar("T")
 
-# Two headers that include each other, and three sources entering the cycle at different points:
-# what each header exports must not depend on which source a worker analysed first.
-CYCLE = {
-    "include/a.h": (
-        '#ifndef A_H\n#define A_H\n#include "b.h"\n'
-        "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n#define HAS_A 1\n#endif\n#endif\n"
-    ),
-    "include/b.h": '#ifndef B_H\n#define B_H\n#include "a.h"\n#ifdef HAS_A\n#define HAS_B 1\n#endif\n#endif\n',
-    "csrc/via_a.cu": '#include "../include/a.h"\n#ifdef HAS_B\nint b;\n#endif\n#ifdef HAS_A\nint a;\n#endif\n',
-    "csrc/via_b.cu": '#include "../include/b.h"\n#ifdef HAS_B\nint b;\n#endif\n#ifdef HAS_A\nint a;\n#endif\n',
-    "csrc/z_via_a.cu": '#include "../include/a.h"\n#if HAS_B\nint z;\n#endif\n',
-}
+# Two headers that include each other, entered from different sources (test_cuda_detector's), plus
+# a third source: what each header exports must not depend on which one a worker analysed first.
+CYCLE = {**CUDA_CYCLE, "csrc/z_via_a.cu": '#include "../include/a.h"\n#if HAS_B\nint z;\n#endif\n'}
 
 
 def _one_file_chunks(items: Sequence[T], parts: int, min_size: int) -> list[list[T]]:
