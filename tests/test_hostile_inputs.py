@@ -463,6 +463,10 @@ def test_trace_timeout_stops_the_whole_process_group(tmp_path: Path, monkeypatch
 _CTRL_C_CHILD = r"""
 import json, os, signal, sys, threading, time
 from liftgate.trace import session
+# As a terminal gives it: SIGINT neither ignored nor blocked (both are inherited through exec, and
+# the suite's process has one or the other by the time this runs).
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 session.GRACE_S = 1.0
 pidfile, to_self = sys.argv[1], sys.argv[2] == "thread"
 command = ["sh", "-c", f"sleep 300 & echo $! > {pidfile}; sleep 300"]
