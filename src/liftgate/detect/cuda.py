@@ -1396,13 +1396,19 @@ class PackageAnalyzer:
         self._warmed: set[tuple[str, ...]] = set()
         self._settled: set[str] = set()  # files every cycle below which is warm
         self._cycle_open: dict[tuple[str, ...], int] = {}  # members of each cycle on the walk stack
+        self._include_edges: dict[str, list[str]] = {}  # file -> the files its #includes name
 
     def _includes(self, path: str) -> list[str]:
-        """The package files ``path`` names in an #include, whatever the conditions around it."""
+        """The package files ``path`` names in an #include, whatever the conditions around it
+        (memoised: the cycle search and the warming walk both follow them)."""
+        known = self._include_edges.get(path)
+        if known is not None:
+            return known
         lexed = self.lexed(path)
+        found: list[str] = []
+        self._include_edges[path] = found
         if lexed is None:
-            return []
-        found = []
+            return found
         for d in lexed.directives:
             if d.keyword == "include":
                 name = include_name(d.text)
