@@ -30,7 +30,7 @@ from liftgate.detect.binary import (
     read_units,
     unit_coverage,
 )
-from liftgate.model import BinaryCoverage, Coverage, GateKind
+from liftgate.model import Coverage, GateKind
 from liftgate.scan import scan
 
 pytestmark = pytest.mark.network
@@ -157,8 +157,8 @@ def test_units_and_kernels_agree_with_cuobjdump_on_vllm(cuobjdump: str, vllm_lib
     }
     for name, (total, counts) in expected.items():
         units = _check_against_cuobjdump(cuobjdump, vllm_libs / name)
-        native, jit, partial, compiled = unit_coverage(units)
-        cov = BinaryCoverage(native, jit, 0, 0, partial, compiled)
+        cov = unit_coverage(units)
+        compiled = cov.units
         assert len(compiled) == total
         for target, count in counts.items():
             arch = parse_target(target)

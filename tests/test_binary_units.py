@@ -28,7 +28,7 @@ from liftgate.detect.binary import (
     read_units,
     unit_coverage,
 )
-from liftgate.model import BinaryCoverage, Coverage
+from liftgate.model import Coverage
 from liftgate.report.json_format import load_schema
 
 NVCC = shutil.which("nvcc")
@@ -79,8 +79,8 @@ def test_each_compiled_unit_with_its_images_and_kernels(two_units: Path) -> None
         ["portable_kernel"],
     ]
     assert all(u.unread is None for u in units)
-    native, jit, partial, compiled = unit_coverage(units)
-    cov = BinaryCoverage(native, jit, 2, 1, partial, compiled)
+    cov = unit_coverage(units)
+    assert (cov.images, cov.compressed) == (2, 1)
     # 9.0: the sm_90a cubin natively, the PTX through the JIT; 12.0 and 8.0: only the PTX unit.
     assert cov.coverage(parse_target("sm_90a")) is Coverage.PTX_JIT
     assert cov.coverage(SM120) is Coverage.PARTIAL

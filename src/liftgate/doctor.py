@@ -330,9 +330,9 @@ def kernel_checks(env: str | None, targets: list[Arch]) -> list[Check]:
     for pkg in packages:
         libraries: list[tuple[str, BinaryCoverage]] = []
         for f, units, _problem in unit_files(pkg.files, names=bool(targets)):
-            native, jit, partial, compiled = unit_coverage(units)
-            if compiled:
-                libraries.append((f.path, BinaryCoverage(native, jit, 0, 0, partial, compiled)))
+            cov = unit_coverage(units)
+            if cov.units:
+                libraries.append((f.path, cov))
         if not libraries:
             continue
         name = f"{pkg.name} {pkg.version or ''}".strip()

@@ -339,20 +339,6 @@ def admitted_archs(images: Iterable[KernelImage]) -> tuple[ArchSet, ArchSet]:
     )
 
 
-def kernel_files(files: Iterable[Any]) -> Iterator[tuple[Any, list[KernelImage], str | None]]:
-    """Each binary candidate of ``files`` (objects with ``path`` and ``fspath``): its kernel images,
-    or ``[]`` and the reason it could not be read. Files without kernels come with ``[]`` and None."""
-    for f in files:
-        if not is_binary_candidate(f.path):
-            continue
-        try:
-            yield f, read_kernel_images(f.fspath), None
-        except FatbinError as exc:
-            yield f, [], f"binary not read: {exc}"
-        except OSError as exc:
-            yield f, [], f"cannot read: {exc.strerror or exc}"
-
-
 def is_binary_candidate(path: str) -> bool:
     base = path.rsplit("/", 1)[-1]
     return base.endswith((".so", ".cubin", ".fatbin", ".o")) or ".so." in base
@@ -782,9 +768,10 @@ def kernel_group(display: str) -> str:
 _BROAD_NAMESPACES = frozenset({"vllm", "at", "c10", "sglang", "flashinfer", "tensorrt_llm", "tllm", "native"})
 
 
-def unit_coverage(units: Iterable[Unit]) -> tuple[ArchSet, ArchSet, ArchSet, tuple[CompiledUnit, ...]]:
-    """(every unit runs natively, every unit runs but some only through the JIT, some run and some
-    do not) over the known targets, and the units as typed facts."""
+def unit_coverage(units: Iterable[Unit]) -> BinaryCoverage:
+    """The coverage the units give, over the known targets: every unit runs natively (``native``),
+    every unit runs but some only through the JIT (``ptx_jit``), some run and some do not
+    (``partial``); the units as typed facts, and the counts of images and compressed ones."""
     every = list(universe())
     units = [u for u in units if u.images]
     mangled = [k for u in units for k in u.kernels]
@@ -807,14 +794,18 @@ def unit_coverage(units: Iterable[Unit]) -> tuple[ArchSet, ArchSet, ArchSet, tup
                 unit.unread,
             )
         )
+    images = sum(len(u.images) for u in units)
+    compressed = sum(1 for u in units for i in u.images if i.compressed)
     if not compiled:
-        return ArchSet.none(), ArchSet.none(), ArchSet.none(), ()
+        return BinaryCoverage(ArchSet.none(), ArchSet.none())
     # A unit that holds no kernel is never launched: it decides nothing (unless all are such).
     deciding = [u for u in compiled if not u.empty] or compiled
     all_native = ArchSet(a for a in every if all(a in u.native for u in deciding))
     all_run = ArchSet(a for a in every if all(u.runs(a) for u in deciding))
     some = ArchSet(a for a in every if any(u.runs(a) for u in deciding))
-    return all_native, all_run - all_native, some - all_run, tuple(compiled)
+    return BinaryCoverage(
+        all_native, all_run - all_native, images, compressed, some - all_run, tuple(compiled)
+    )
 
 
 __all__ = [
@@ -829,7 +820,9 @@ __all__ = [
 
 
 def unit_files(files: Iterable[Any], names: bool = True) -> Iterator[tuple[Any, list[Unit], str | None]]:
-    """Like `kernel_files`, with each file's compiled units (and their kernel names, with ``names``)."""
+    """Each binary candidate of ``files`` (objects with ``path`` and ``fspath``): its compiled units
+    (and their kernel names, with ``names``), or ``[]`` and the reason it could not be read. Files
+    without kernels come with ``[]`` and None."""
     for f in files:
         if not is_binary_candidate(f.path):
             continue
@@ -861,7 +854,8 @@ def detect_binaries(
         images = [i for u in units for i in u.images]
         if not images:
             continue
-        native, jit, partial, compiled = unit_coverage(units)
+        cov = unit_coverage(units)
+        native, jit, partial, compiled = cov.native, cov.ptx_jit, cov.partial, cov.units
         kernels = sum(len(u.kernels) for u in compiled)
         evidence = [
             Evidence(f"contains {summarize(images)}", f.path, None),
@@ -889,9 +883,8 @@ def detect_binaries(
             evidence.append(
                 Evidence(f"kernel names of {len(unread)} compiled units not read: {unread[0].unread}")
             )
-        compressed = sum(1 for i in images if i.compressed)
-        if compressed:
-            evidence.append(Evidence(f"{compressed} of {len(images)} entries compressed"))
+        if cov.compressed:
+            evidence.append(Evidence(f"{cov.compressed} of {cov.images} entries compressed"))
         sink = GateSink(GateKind.BINARY, package, version, f.path)
         gates.append(
             sink.gate(
@@ -903,7 +896,7 @@ def detect_binaries(
                 else_kind=ElseKind.ERROR,
                 evidence=evidence,
                 directive="fatbin",
-                coverage=BinaryCoverage(native, jit, len(images), compressed, partial, compiled),
+                coverage=cov,
             )
         )
     return gates, skips, seen
