@@ -140,19 +140,20 @@ class MacroOrigin:
     (empty: unconditionally). A lift of such a gate edits the gates around these sites.
 
     For a flag the build passes only for some targets (``-DENABLE_NVFP4_SM120=1`` inside a CMake
-    arch gate's block), ``path`` and ``line`` are the flag's, ``condition`` the CMake gate's and
-    ``build_gate`` its id."""
+    arch gate's block, or beside a JIT filter), ``path`` and ``line`` are the flag's, ``condition``
+    the build gate's and ``build_gate`` its id."""
 
     macro: str
     path: str | None
     line: int | None
     condition: str = ""
-    build_gate: str | None = None  # a -D the build passes: the CMake gate whose block passes it
+    build_gate: str | None = None  # a -D the build passes: the CMake or py-build gate that passes it
 
 
 @dataclass(frozen=True, slots=True)
 class BuildFlag:
-    """A ``-DNAME[=VALUE]`` a CMake gate passes to the compiler inside the block it admits."""
+    """A ``-DNAME[=VALUE]`` a build gate passes to the compiler: inside the block a CMake gate
+    admits, or beside a py-build gate's arch flags (`liftgate.detect.pybuild_passes`)."""
 
     macro: str
     value: str | None
@@ -323,7 +324,7 @@ class Gate:
     # Typed facts for later stages (evidence is rendered from them for people, never parsed back):
     builds: tuple[BuildTarget, ...] = ()  # py-build, cmake: what the guarded flags or list build
     macros: tuple[MacroOrigin, ...] = ()  # cuda-pp: where derived macros the condition tests are defined
-    passes: tuple[BuildFlag, ...] = ()  # cmake: the -D flags the admitted block passes
+    passes: tuple[BuildFlag, ...] = ()  # cmake, py-build: the -D flags passed with the admitted targets
     build_macros: tuple[str, ...] = ()  # cpp-runtime: build flags (-D) the host code is compiled under
     coverage: BinaryCoverage | None = None  # binary: native and PTX-JIT archs
     switches: tuple[Switch, ...] = ()  # settings off by default that would open the gate

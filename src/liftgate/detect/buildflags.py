@@ -28,16 +28,27 @@ from liftgate.model import BuildFlag, Evidence, Gate, GateKind
 
 @dataclass(frozen=True, slots=True)
 class FlagSetter:
-    """One place a build passes a flag: the CMake gate whose admitted block passes it, and the flag."""
+    """One place a build passes a flag: the gate whose admitted block (a CMake gate) or whose arch
+    flags (a py-build gate: a JIT filter, an arch flag list) it is passed with, and the flag."""
 
-    gate: str  # the CMake gate's id
-    condition: str  # the CMake gate's condition
+    gate: str  # the gate's id
+    condition: str  # the gate's condition
     flag: BuildFlag
+    kind: GateKind = GateKind.CMAKE
+
+    @property
+    def described(self) -> str:
+        """The gate for people: "CMake gate cm-…" or "py-build gate pb-…"."""
+        return (
+            f"{self.kind.value} gate {self.gate}"
+            if self.kind is not GateKind.CMAKE
+            else f"CMake gate {self.gate}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class ArchFlag:
-    """A ``-D`` flag the package's build passes only where some CMake gate admits the target.
+    """A ``-D`` flag the package's build passes only where some build gate admits the target.
 
     In a build for target T the macro is defined (to ``value``) when T is in ``admitted``, may or
     may not be when T is in ``unknown``, and is undefined otherwise. ``setters`` are every place
@@ -132,13 +143,16 @@ def arch_flags(
 ) -> tuple[ArchFlag, ...]:
     """The macros a package's build passes only for some targets.
 
-    ``cmake_gates`` are the gates of each CMake file of the package (by path); ``build_texts`` is
-    the text of every build file that may pass a ``-D`` (CMake, ``setup.py`` …, by path);
-    ``source_defines`` are the macros the package's C-family files ``#define`` themselves.
+    ``cmake_gates`` are the build gates of each build file of the package (by path): CMake gates,
+    and py-build gates whose ``passes`` list the ``-D`` flags that travel with their arch flags
+    (`liftgate.detect.pybuild_passes`); ``build_texts`` is the text of every build file that may
+    pass a ``-D`` (CMake, ``setup.py``, JIT builders …, by path); ``source_defines`` are the macros
+    the package's C-family files ``#define`` themselves.
 
-    A macro qualifies only when every place any build file passes it is a ``-DNAME`` inside the
-    admitted block of a CMake arch gate, in an ``if()`` on that gate's variable alone (with the
-    toolkit's version beside it at most, and no other arch list around it): one more ``-DNAME``
+    A macro qualifies only when every place any build file passes it is a ``-DNAME`` a gate
+    accounts for: inside the admitted block of a CMake arch gate, in an ``if()`` on that gate's
+    variable alone (with the toolkit's version beside it at most, and no other arch list around
+    it), or beside a py-build gate's arch flags with nothing that can separate them: one more ``-DNAME``
     (unconditional, in another build file, a comment), a ``compile_definitions``/``define_macros``
     naming it, or a ``#define`` of it in the sources, and it stays what it was: set by the build
     for every target, unknown. Each text is read once.
@@ -146,11 +160,11 @@ def arch_flags(
     setters: dict[str, dict[tuple[str, int], FlagSetter]] = {}
     for path in sorted(cmake_gates):
         for g in cmake_gates[path]:
-            if g.kind is not GateKind.CMAKE:
+            if g.kind not in (GateKind.CMAKE, GateKind.PY_BUILD):
                 continue
             for flag in g.passes:
                 setters.setdefault(flag.macro, {}).setdefault(
-                    (flag.path, flag.line), FlagSetter(g.id, g.condition, flag)
+                    (flag.path, flag.line), FlagSetter(g.id, g.condition, flag, g.kind)
                 )
     if not setters:
         return ()
@@ -186,7 +200,8 @@ def arch_flags(
         if where != gated:  # a -D the gates do not account for
             continue
         if not all(
-            _only_its_gate(_variable(by_id[s.gate]), blocks_at.get(key, []), outs.get(key[0], frozenset()))
+            s.kind is GateKind.PY_BUILD  # the py-build detector checked what may separate them
+            or _only_its_gate(_variable(by_id[s.gate]), blocks_at.get(key, []), outs.get(key[0], frozenset()))
             for key, s in found.items()
         ):
             continue

@@ -26,6 +26,8 @@ from liftgate.detect.cpp_ops import find_registrations, read_ops
 from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, clear_caches, host_regions, relevant_macros
 from liftgate.detect.interface import Batch, Detection, DetectorCache, Scope, not_analysed
+from liftgate.detect.pybuild import detect_py_build
+from liftgate.detect.pybuild_passes import link_imported_flags
 from liftgate.model import Gate, Skip, TorchOp
 from liftgate.sources.interface import DEFAULT_MAX_FILE_SIZE, Observer, Package, SourceFile
 from liftgate.sources.workspace import BINARY_SNIFF, read_text, stat_hit
@@ -404,22 +406,32 @@ def _decode(data: bytes) -> str | None:
 def _arch_flags(
     pkg: Package, indexed: dict[str, IndexedFile], stats: dict[str, SourceFile], cuda_version: tuple[int, int]
 ) -> tuple[ArchFlag, ...]:
-    """The ``-D`` flags the package's CMake files pass only inside an arch gate's block (see
-    `liftgate.detect.buildflags.arch_flags`): read from the CMake gates of the files that pass any."""
+    """The ``-D`` flags the package's build passes only for some targets (see
+    `liftgate.detect.buildflags.arch_flags`): read from the CMake gates, and the py-build gates
+    (JIT filters, arch flag lists), of the build files that pass any."""
     build = {p: r for p, r in indexed.items() if not _is_cfamily(p) and r.index.defines}
-    cmake_paths = sorted(p for p in build if is_cmake_file(p))
-    if not cmake_paths:
+    gate_paths = sorted(p for p in build if is_cmake_file(p) or p.endswith(".py"))
+    if not gate_paths:
         return ()
-    cmake_gates: dict[str, tuple[Gate, ...]] = {}
+    build_gates: dict[str, tuple[Gate, ...]] = {}
     texts: dict[str, str] = {}
-    for path in cmake_paths:
+    for path in gate_paths:
         text = read_text(stats[path].fspath)
         if text is None:
             continue
         texts[path] = text
-        with contextlib.suppress(Exception):  # the CMake detector reports its own problems
-            cmake_gates[path] = detect_cmake(pkg.name, pkg.version, path, text, cuda_version).gates
-    passed = {flag.macro for gs in cmake_gates.values() for g in gs for flag in g.passes}
+        with contextlib.suppress(Exception):  # the build detectors report their own problems
+            if is_cmake_file(path):
+                build_gates[path] = detect_cmake(pkg.name, pkg.version, path, text, cuda_version).gates
+            else:
+                build_gates[path] = _py_build_gates(pkg, path, text)
+    build_gates = link_imported_flags(
+        build_gates,
+        texts,
+        lambda path: read_text(stats[path].fspath) if path in stats else None,
+        lambda path, text: _py_build_gates(pkg, path, text),
+    )
+    passed = {flag.macro for gs in build_gates.values() for g in gs for flag in g.passes}
     if not passed:
         return ()
     for path in sorted(build):
@@ -430,8 +442,15 @@ def _arch_flags(
                 continue
             texts[path] = text
     source_defines = {n for p, r in indexed.items() if _is_cfamily(p) for n in r.index.defines}
-    flags = arch_flags(cmake_gates, texts, source_defines)
+    flags = arch_flags(build_gates, texts, source_defines)
     return tuple(f for f in flags if f.macro in passed)
+
+
+def _py_build_gates(pkg: Package, path: str, text: str) -> tuple[Gate, ...]:
+    try:
+        return detect_py_build(pkg.name, pkg.version, path, text).gates
+    except Exception:  # the Python detector reports its own problems
+        return ()
 
 
 def _capability_helpers(

@@ -915,8 +915,8 @@ class Walker:
                 for setter in flag[1].setters:
                     evidence.append(
                         Evidence(
-                            f"{name} is passed by the build (-D{name}={flag[1].value}) only where CMake gate "
-                            f"{setter.gate} admits the target: {setter.condition}",
+                            f"{name} is passed by the build (-D{name}={flag[1].value}) only where "
+                            f"{setter.described} admits the target: {setter.condition}",
                             setter.flag.path,
                             setter.flag.line,
                         )
@@ -1348,7 +1348,7 @@ def _too_deep(path: str, target: str) -> str:
 
 
 def flag_state(flag: ArchFlag) -> Stored:
-    """A build flag's state per lane: defined where its CMake gates admit the target, unknown where
+    """A build flag's state per lane: defined where its build gates admit the target, unknown where
     they may, undefined elsewhere; in the host pass unknown (the host code of a build for several
     targets sees the flags of all of them)."""
     where = f"the build passes -D{flag.macro}={flag.value} for this target"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from liftgate.arch.core import ArchSet
 from liftgate.detect.interface import GateSink
-from liftgate.detect.pybuild_builds import BuildCalls
+from liftgate.detect.pybuild_passes import FLAG_GATE_DIRECTIVES, FlagPasses
 from liftgate.model import Confidence, ElseKind, Evidence, Gate, GateKind, Skip, Span, Switch
 
 
@@ -35,7 +35,7 @@ class Draft:
     switches: tuple[Switch, ...] = ()  # an environment switch off by default that would open it
 
 
-class GateDrafts(BuildCalls):
+class GateDrafts(FlagPasses):
     """The drafts and skips of one file, and the gates the drafts become (with the builds they guard)."""
 
     def __init__(self, package: str, version: str | None, path: str, text: str, tree: ast.Module) -> None:
@@ -46,6 +46,7 @@ class GateDrafts(BuildCalls):
     def _gates(self) -> tuple[Gate, ...]:
         """The drafts as gates, in source order, each with the `BuildTarget` facts behind its evidence."""
         sink = GateSink(GateKind.PY_BUILD, self.package, self.version, self.path)
+        flag_nodes = [d.node for d in self.drafts if d.directive in FLAG_GATE_DIRECTIVES]
         for draft in sorted(self.drafts, key=lambda d: (d.span.start, _position(d.node))):
             scope = self._scope(draft.node)
             normalized = draft.normalized or ast.unparse(draft.node)
@@ -65,5 +66,8 @@ class GateDrafts(BuildCalls):
                 directive=draft.directive,
                 builds=tuple(dict.fromkeys(self.built[e] for e in evidence if e in self.built)),
                 switches=draft.switches,
+                passes=self._passed_flags(draft.node, flag_nodes)
+                if draft.directive in FLAG_GATE_DIRECTIVES
+                else (),
             )
         return tuple(sink.gates)

@@ -511,9 +511,9 @@ def _decide(
         hazards.append(
             Hazard(
                 HazardKind.BUILD_FLAG,
-                f"build flag: this #if tests {macros}, which the build passes only where CMake gate "
+                f"build flag: this #if tests {macros}, which the build passes only where build gate "
                 f"{', '.join(cmake)} admits the target; lifting the #if alone compiles code that calls "
-                f"kernels a build for {target.name} does not make. The CMake gate decides: lift it too",
+                f"kernels a build for {target.name} does not make. The build gate decides: lift it too",
                 cmake,
             )
         )
