@@ -176,6 +176,18 @@ class ImportedFlags:
     flags: tuple[BuildFlag, ...]
 
 
+def _as_value(node: ast.Name, parent: ast.AST | None) -> bool:
+    """Whether a name stands for its value (flags could be in it): not a function called, an
+    object whose attribute is read, an annotation or a tested condition."""
+    if isinstance(parent, ast.Call) and parent.func is node:
+        return False
+    if isinstance(parent, (ast.Attribute, ast.arg, ast.FunctionDef, ast.AsyncFunctionDef, ast.Compare)):
+        return False
+    if isinstance(parent, ast.AnnAssign) and parent.annotation is node:
+        return False
+    return not (isinstance(parent, (ast.If, ast.IfExp, ast.While)) and parent.test is node)
+
+
 def imported_flag_passes(
     package: str, version: str | None, path: str, text: str
 ) -> tuple[ImportedFlags, ...]:
@@ -213,7 +225,7 @@ def imported_flag_passes(
             n
             for n in ast.walk(function)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in imported
-            and scope._function(n) is function
+            and scope._function(n) is function and _as_value(n, scope.parents.get(n))
         ]  # fmt: skip
         for use in uses:
             flags = scope._passed_flags(use, uses)
