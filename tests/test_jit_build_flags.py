@@ -196,3 +196,24 @@ def test_flashinfer_062_mamba_and_moe_flags_are_arch_facts() -> None:
     (sm120,) = [g for g in found.gates if g.location.path == moe and g.location.line == 155]
     assert sm120.condition == "COMPILE_BLACKWELL_SM120_TMA_GROUPED_GEMMS"  # #ifndef: the error path
     assert sm120.admitted == ArchSet.all() - majors(12)
+
+
+def test_code_only_flag_passing_builds_compile_is_their_loss_not_the_ifs() -> None:
+    """sm_120's build of the mamba module never passes -DJFP_MAMBA_SM90: the #ifdef on it is excluded
+    but not a loss of its own (the sm90 module's filter is); a flag its build does pass reads as usual."""
+    from liftgate.evaluate import Outcomes
+
+    outcomes = Outcomes(report().gates)
+    sm120 = parse_arch("sm_120")
+    mamba90 = gate_at(SOURCES[0], "#ifdef JFP_MAMBA_SM90")
+    builder = gate_at("jitflagpkg/jit/mamba.py", "supported_major_versions=[9]", GateKind.PY_BUILD)
+    reading = outcomes.of(mamba90, sm120)
+    assert mamba90.status(sm120) is Status.EXCLUDED and not reading.loss
+    assert f"only builds that {builder.id} keep sm_120 out of pass the flags it tests" in reading.text
+    assert outcomes.of(builder, sm120).loss  # counted once, at the filter
+    sm100_only = gate_at(SOURCES[1], "#ifdef JFP_SM100_GROUPED")
+    assert not outcomes.of(sm100_only, sm120).loss
+    # For sm_100 the sm100 module's build passes it: that gate admits; #ifndef JFP_SM120_GROUPED
+    # admits everything but 12.x, and is not hidden behind the sm120 filter for sm_120.
+    error_path = gate_at(SOURCES[1], "#ifndef JFP_SM120_GROUPED")
+    assert "only builds that" not in outcomes.of(error_path, sm120).text

@@ -72,7 +72,9 @@ class Outcomes:
       (**fallback**), or nothing (**shut out**).
 
     A **loss** is a fallback or a shut-out while some other target gets the path, or a switch that
-    would give the target the path; never inside an enclosing gate that keeps the target out. Given
+    would give the target the path; never inside an enclosing gate that keeps the target out, nor
+    under build flags that only builds the target never gets pass (the loss is counted at the CMake
+    or py-build gates that pass them: `_not_built`). Given
     the judge's verdicts, a target a gate admits into code that uses what it lacks is **unsafe**.
     """
 
@@ -117,6 +119,19 @@ class Outcomes:
                     f"{found.text}; not reached: the enclosing gate {outer} keeps {target.name} out",
                     found.via,
                 )
+            builders = self._not_built(gate, target) if outer is None and found.loss else None
+            if builders:
+                # Code under build flags whose every passing build leaves the target out: the loss
+                # is theirs (counted at those gates), not this #if's as well.
+                found = Reading(
+                    found.gate_id,
+                    target,
+                    found.outcome,
+                    False,
+                    f"{found.text}; not reached: only builds that {', '.join(builders)} keep "
+                    f"{target.name} out of pass the flags it tests",
+                    found.via,
+                )
             self._memo[key] = found
         return found
 
@@ -126,6 +141,23 @@ class Outcomes:
             if other is not None and target not in other.admitted and target not in other.unknown:
                 return outer
         return None
+
+    def _not_built(self, gate: Gate, target: Arch) -> list[str]:
+        """The build gates (CMake, py-build) that pass the flags a cuda-pp gate tests, when every one
+        keeps ``target`` out and the gate admits only targets some of them let in: the code is
+        compiled only in builds the target never gets, so its loss is counted at those gates."""
+        flagged = tuple(dict.fromkeys(m.build_gate for m in gate.macros if m.build_gate is not None))
+        if not flagged or gate.kind is not GateKind.CUDA_PP:
+            return []
+        reach = ArchSet.none()
+        for gid in flagged:
+            builder = self._by_id.get(gid)
+            if builder is None:
+                return []
+            reach = reach | builder.admitted | builder.unknown
+        if target in reach or not (gate.admitted | gate.unknown).issubset(reach):
+            return []
+        return list(flagged)
 
     def losses(self, gate: Gate, targets: Iterable[Arch]) -> list[Reading]:
         return [r for r in (self.of(gate, t) for t in targets) if r.loss]
