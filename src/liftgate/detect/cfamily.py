@@ -27,7 +27,7 @@ from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, clear_caches, host_regions, relevant_macros
 from liftgate.detect.interface import Batch, Detection, DetectorCache, Scope, not_analysed
 from liftgate.detect.pybuild import detect_py_build
-from liftgate.detect.pybuild_passes import link_imported_flags
+from liftgate.detect.pybuild_passes import link_imported_flags, may_pass_flags
 from liftgate.model import Gate, Skip, TorchOp
 from liftgate.sources.interface import DEFAULT_MAX_FILE_SIZE, Observer, Package, SourceFile
 from liftgate.sources.workspace import BINARY_SNIFF, read_text, stat_hit
@@ -447,6 +447,10 @@ def _arch_flags(
 
 
 def _py_build_gates(pkg: Package, path: str, text: str) -> tuple[Gate, ...]:
+    """The py-build gates of a build file, as far as the flags beside them go: none for a file
+    that cannot hold one with a ``-D`` beside it."""
+    if not may_pass_flags(text):
+        return ()
     try:
         return detect_py_build(pkg.name, pkg.version, path, text).gates
     except Exception:  # the Python detector reports its own problems

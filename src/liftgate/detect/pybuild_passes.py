@@ -162,6 +162,8 @@ class FlagPasses(BuildCalls):
 
 # Spellings that name targets in a flag: a function holding one picks targets of its own, so flags
 # in it are not read as travelling with an imported constant (see `imported_flag_passes`).
+_DEFINE_STRING = re.compile(r"""["']-D[A-Za-z_]""")
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # line breaks as the parser counts them
 _OWN_TARGETS = re.compile(r"get_nvcc_flags_list|gencode|-arch\b|--gpu-arch|compute_\d|sm_\d")
 
 
@@ -174,6 +176,12 @@ class ImportedFlags:
     module: str
     name: str
     flags: tuple[BuildFlag, ...]
+
+
+def may_pass_flags(text: str) -> bool:
+    """Whether a Python file can hold a py-build gate with ``-D`` flags beside it (a cheap test that
+    spares parsing the rest): a ``-D`` string and a spelling that picks targets."""
+    return _DEFINE_STRING.search(text) is not None and _OWN_TARGETS.search(text) is not None
 
 
 def _as_value(node: ast.Name, parent: ast.AST | None) -> bool:
@@ -194,7 +202,7 @@ def imported_flag_passes(
     """The flags of ``path``'s functions that travel (as `FlagPasses` reads it) with a name the
     file imports with ``from M import NAME``. Whether NAME is an arch flag list is decided by the
     caller, which has M's gates. A function that spells targets itself is not read."""
-    if "-D" not in text or "import" not in text:
+    if "import" not in text or _DEFINE_STRING.search(text) is None:
         return ()
     try:
         tree = ast.parse(text, filename=path)
@@ -214,12 +222,14 @@ def imported_flag_passes(
         return ()
     scope = FlagPasses(package, version, path, text, tree)
     scope._index(tree)
+    starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]  # offset of each line
     out: dict[tuple[str, str], dict[BuildFlag, None]] = {}
     for function in ast.walk(tree):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        segment = ast.get_source_segment(text, function) or ""
-        if "-D" not in segment or _OWN_TARGETS.search(segment):
+        first, last = function.lineno - 1, function.end_lineno or function.lineno
+        segment = text[starts[first] : starts[last] if last < len(starts) else len(text)]
+        if _DEFINE_STRING.search(segment) is None or _OWN_TARGETS.search(segment):
             continue
         uses = [
             n
