@@ -27,8 +27,17 @@ TREE = Path(__file__).parent / "fixtures" / "cuda" / "jitflagpkg"
 GATE = re.compile(r"//\s*gate\b")
 NOT_A_GATE = re.compile(r"\bnot a gate\b")
 PASSES = re.compile(r"#\s*passes(?::\s*(?P<names>[\w ]+)|\s+nothing)")
-SOURCES = ["jitflagpkg/data/csrc/state_update.cu", "jitflagpkg/data/csrc/moe.cu"]
-BUILDERS = ["jitflagpkg/jit/core.py", "jitflagpkg/jit/mamba.py", "jitflagpkg/jit/fused_moe.py"]
+SOURCES = [
+    "jitflagpkg/data/csrc/state_update.cu",
+    "jitflagpkg/data/csrc/moe.cu",
+    "jitflagpkg/data/csrc/near_misses.cu",
+]
+BUILDERS = [
+    "jitflagpkg/jit/core.py",
+    "jitflagpkg/jit/mamba.py",
+    "jitflagpkg/jit/fused_moe.py",
+    "jitflagpkg/jit/near_misses.py",
+]
 
 
 def archs(*names: str) -> ArchSet:

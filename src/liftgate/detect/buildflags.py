@@ -140,6 +140,8 @@ def arch_flags(
     cmake_gates: Mapping[str, Sequence[Gate]],
     build_texts: Mapping[str, str],
     source_defines: Iterable[str],
+    *,
+    python_computes_names: bool = False,
 ) -> tuple[ArchFlag, ...]:
     """The macros a package's build passes only for some targets.
 
@@ -147,7 +149,10 @@ def arch_flags(
     and py-build gates whose ``passes`` list the ``-D`` flags that travel with their arch flags
     (`liftgate.detect.pybuild_passes`); ``build_texts`` is the text of every build file that may
     pass a ``-D`` (CMake, ``setup.py``, JIT builders …, by path); ``source_defines`` are the macros
-    the package's C-family files ``#define`` themselves.
+    the package's C-family files ``#define`` themselves; ``python_computes_names`` says that some
+    Python build file computes the name of a ``-D`` (``f"-D{name}"``), so no flag that only
+    py-build gates account for qualifies (that file may pass it anywhere). A macro passed twice on
+    one line does not qualify either (lines, not columns, are compared).
 
     A macro qualifies only when every place any build file passes it is a ``-DNAME`` a gate
     accounts for: inside the admitted block of a CMake arch gate, in an ``if()`` on that gate's
@@ -172,6 +177,7 @@ def arch_flags(
     # Every -D of every build text, by macro and line, with the blocks around it; and the macros
     # named in compile_definitions/define_macros. One pass each.
     passed_at: dict[str, dict[str, set[int]]] = {}
+    twice: set[str] = set()  # macros passed twice on one line
     blocks_at: dict[tuple[str, int], list[tuple[str, str]]] = {}
     listed: set[str] = set()
     outs: dict[str, frozenset[str]] = {}
@@ -180,7 +186,10 @@ def arch_flags(
         matches = list(_DASH_D.finditer(text))
         lines = lines_of(text, (m.start() for m in matches))
         for m, line in zip(matches, lines, strict=True):
-            passed_at.setdefault(m.group(1), {}).setdefault(path, set()).add(line)
+            seen = passed_at.setdefault(m.group(1), {}).setdefault(path, set())
+            if line in seen:
+                twice.add(m.group(1))
+            seen.add(line)
         if path in cmake_gates:
             outs[path] = frozenset(_INTERSECTION.findall(text))
             for line, blocks in zip(lines, _conditions_at(text, [m.start() for m in matches]), strict=True):
@@ -190,9 +199,11 @@ def arch_flags(
     defined_in_sources = set(source_defines)
     out: list[ArchFlag] = []
     for macro in sorted(setters):
-        if macro in defined_in_sources or macro in listed:
+        if macro in defined_in_sources or macro in listed or macro in twice:
             continue
         found = setters[macro]
+        if python_computes_names and any(s.kind is GateKind.PY_BUILD for s in found.values()):
+            continue
         where = passed_at.get(macro, {})
         gated: dict[str, set[int]] = {}
         for p, line in found:

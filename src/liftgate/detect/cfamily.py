@@ -21,7 +21,13 @@ from typing import TypeVar
 
 from liftgate.detect.buildflags import ArchFlag, arch_flags
 from liftgate.detect.cmake import detect_cmake, is_cmake_file
-from liftgate.detect.cpp_lex import BUILD_FILE_EXTENSIONS, QuickIndex, build_defines, quick_index
+from liftgate.detect.cpp_lex import (
+    BUILD_FILE_EXTENSIONS,
+    COMPUTED_DEFINE,
+    QuickIndex,
+    build_defines,
+    quick_index,
+)
 from liftgate.detect.cpp_ops import find_registrations, read_ops
 from liftgate.detect.cpp_runtime import HelperIndex, detect_cpp_runtime
 from liftgate.detect.cuda import CUDA_EXTENSIONS, PackageAnalyzer, clear_caches, host_regions, relevant_macros
@@ -442,7 +448,8 @@ def _arch_flags(
                 continue
             texts[path] = text
     source_defines = {n for p, r in indexed.items() if _is_cfamily(p) for n in r.index.defines}
-    flags = arch_flags(build_gates, texts, source_defines)
+    computed = any(COMPUTED_DEFINE in r.index.defines for p, r in build.items() if p.endswith(".py"))
+    flags = arch_flags(build_gates, texts, source_defines, python_computes_names=computed)
     return tuple(f for f in flags if f.macro in passed)
 
 

@@ -123,11 +123,20 @@ BUILD_FILE_EXTENSIONS = frozenset(
 )
 
 
+# A build file that computes the name of a -D (f"-D{name}", "-D" + name, ["-D", name], "-D%s"):
+# it may pass any macro. `build_defines` marks it with COMPUTED_DEFINE (no identifier).
+COMPUTED_DEFINE = "-D?"
+_COMPUTED_DEFINE = re.compile(rb"""["']-D(?:\{|%|["'])""")
+
+
 def build_defines(data: bytes) -> frozenset[str]:
-    """Macro names a build file may define for the compiler (over-approximated on purpose)."""
+    """Macro names a build file may define for the compiler (over-approximated on purpose), with
+    `COMPUTED_DEFINE` among them when it computes a name."""
     names: set[str] = set()
     if b"-D" not in data and b"definitions" not in data and b"define_macros" not in data:
         return frozenset()
+    if _COMPUTED_DEFINE.search(data) is not None:
+        names.add(COMPUTED_DEFINE)
     for m in _BUILD_DEFINE.finditer(data):
         if m.group(1):
             names.add(m.group(1).decode("ascii"))

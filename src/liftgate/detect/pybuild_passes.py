@@ -12,15 +12,21 @@ passes the macro.
 A flag travels with the gate only when nothing can separate them:
 
 * it is an item of the gate's own flag list (``["-gencode=…", "-DX"]``), or
-* both the flag and the gate sit unconditionally in one function (statements of its body, not
-  under an ``if``, a loop, a conditional expression or a comprehension), every variable the flag
-  is stored in also receives the gate's flags (``flags = ["-DX"]``; ``flags += get_nvcc_flags_list(…)``),
-  or the flag is an argument of a call the gate's flags go to (or of ``flags.append``/``extend``
-  on such a variable), and no other arch gate of that
-  function feeds the same variables or calls.
+* the gate's flags and the flag go into one argument of one call, in an unconditional statement
+  of the function (``extra_cuda_cflags=flags + ["-DX"]``; never ``extra_cflags``, the host
+  compiler's), with nothing but literal flags beside them, or
+* the gate's flags are stored in a *plain* variable that the flag is stored in too before it is
+  first read (``flags = get_nvcc_flags_list(…)``; ``flags += ["-DX"]``; ``flags.append("-DX")``):
+  bound once by ``=``, grown only by ``+=``/``append``/``extend``/``insert``, every binding
+  unconditional in the function's body, nothing but literal flags (strings naming no target, a
+  conditional between two such strings) and the gate's own flags flowing in, no parameter or
+  ``global`` of that name, every read after the gate, and no read copying it to another name or
+  passing it together with anything else.
 
-Anything else (a flag under a condition, stored where the gate's flags do not go, beside two
-filters) is not recorded, and the package-wide reading then keeps the macro unknown.
+Anything else (a flag under a condition, a second filter or a parameter merged in, the variable
+reused or copied, ``"-DX" + suffix``) is not recorded, and the package-wide reading then keeps the
+macro unknown. For an imported arch flag list the name must be bound nowhere else in the importing
+file, and in its own module once, at module level, to a list display (or ``+`` of them).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from dataclasses import dataclass, replace
 
 from liftgate.detect.py_binding import module_name_for, resolve_relative
 from liftgate.detect.pybuild_builds import BuildCalls
+from liftgate.detect.pybuild_syntax import names_in
 from liftgate.model import BuildFlag, Gate, GateKind
 
 _DEFINE_TOKEN = re.compile(r"-D([A-Za-z_]\w*)(?:=(\S*))?")
@@ -58,59 +65,79 @@ def _defines(node: ast.AST) -> list[tuple[str, str | None, int]]:
 class FlagPasses(BuildCalls):
     """Which ``-D`` flags a py-build gate's arch flags are passed with (see the module's docstring)."""
 
-    def _passed_flags(self, node: ast.AST, rivals: Sequence[ast.AST]) -> tuple[BuildFlag, ...]:
-        """The flags that travel with the gate drafted at ``node``; ``rivals`` are the file's other
-        flag-picking drafts."""
+    def _passed_flags(self, node: ast.AST, rivals: Sequence[ast.AST] = ()) -> tuple[BuildFlag, ...]:
+        """The flags that travel with the gate drafted at ``node``. (``rivals``, the file's other
+        drafts, need no check of their own: a variable or argument that anything but literal
+        flags flows into is not read at all.)"""
         found: list[tuple[str, str | None, int]] = []
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             for item in node.elts:
                 found.extend(_defines(item))
         function = self._function(node)
-        if function is not None:
+        if function is not None and self._has_defines(function):
             self._index(function)
-            found.extend(self._beside(node, function, rivals))
+            found.extend(self._beside(node, function))
         flags = dict.fromkeys(BuildFlag(macro, value, self.path, line) for macro, value, line in found)
         return tuple(flags)
 
-    def _beside(
-        self, node: ast.AST, function: ast.AST, rivals: Sequence[ast.AST]
-    ) -> list[tuple[str, str | None, int]]:
+    def _has_defines(self, function: ast.AST) -> bool:
+        cache: dict[int, list[ast.Constant]] = self.__dict__.setdefault("_define_cache", {})
+        strings = cache.get(id(function))
+        if strings is None:
+            strings = cache[id(function)] = [
+                n for n in ast.walk(function) if isinstance(n, ast.Constant) and _defines(n)
+            ]
+        return bool(strings)
+
+    def _define_strings(self, function: ast.AST) -> list[ast.Constant]:
+        self._has_defines(function)
+        found: list[ast.Constant] = self.__dict__["_define_cache"][id(function)]
+        return found
+
+    def _beside(self, node: ast.AST, function: ast.AST) -> list[tuple[str, str | None, int]]:
         """Flags of ``function`` that go wherever the gate at ``node`` goes (module docstring)."""
-        if self._carried_to(node, function) is None:
+        route = self._route(node, function)
+        if route is None:
             return []
-        names = self._flowing_names(node, function)
-        sinks = self._sinks(node, function, names)
-        if not names and not sinks:
-            return []
-        for rival in rivals:
-            if rival is node or self._function(rival) is not function:
-                continue
-            rival_names = self._flowing_names(rival, function)
-            if names & rival_names or sinks & self._sinks(rival, function, rival_names):
-                return []
+        body: list[ast.stmt] = list(getattr(function, "body", ()))
         out: list[tuple[str, str | None, int]] = []
-        for string in ast.walk(function):
-            defines = _defines(string)
-            if not defines or self._contains(node, string):
+        if route[0] == "arg":
+            _, call, argument, _ = route
+            if not self._plain(argument, node):
+                return []
+            for string in self._define_strings(function):
+                other = self._route(string, function)
+                if other is not None and other[0] == "arg" and other[1] is call and other[2] is argument:
+                    out.extend(_defines(string))
+            return out
+        name = str(route[1])
+        uses = self._variable_uses(name, function, node, body)
+        if uses is None:
+            return []
+        first_use = min(uses, default=len(body))
+        for string in self._define_strings(function):
+            if self._contains(node, string):
                 continue
-            carrier = self._carried_to(string, function)
-            if carrier is None:
+            other = self._route(string, function)
+            if other is None:
                 continue
-            if isinstance(carrier, ast.Call):
-                if id(carrier) in sinks or self._grows(carrier, names):
-                    out.extend(defines)
-                continue
-            stored = self._flowing_names(string, function)
-            if stored and stored <= names:
-                out.extend(defines)
+            if other[0] == "var" and other[1] == name and other[3] < first_use:
+                out.extend(_defines(string))
+            elif other[0] == "arg" and other[3] in uses and name in names_in(other[2]):
+                out.extend(_defines(string))  # `build(extra_cuda_cflags=flags + ["-DX"])`
         return out
 
-    def _carried_to(self, node: ast.AST, function: ast.AST) -> ast.AST | None:
-        """The unconditional statement of ``function``'s body that stores ``node`` (reached through
-        lists and ``+``), or the call that takes it as an argument inside such a statement; None
-        when a condition, a loop or any other expression stands between."""
+    def _route(self, node: ast.AST, function: ast.AST) -> tuple[str, object, ast.AST, int] | None:
+        """Where ``node``'s value goes, through list displays and ``+`` of lists, from an
+        unconditional statement of ``function``'s body: ("var", NAME, value, statement index) when
+        it is stored in (or appended to) a plain variable, ("arg", call, argument, statement index)
+        when it is an argument of a call. None when anything else stands between (a condition, a
+        loop, string concatenation, a second call)."""
+        body: list[ast.stmt] = list(getattr(function, "body", ()))
         current = node
-        call: ast.Call | None = None
+        parent = self.parents.get(current)
+        if isinstance(node, ast.Constant) and isinstance(parent, ast.BinOp):
+            return None  # "-DX" + y: the macro's name is computed
         while True:
             parent = self.parents.get(current)
             if parent is None:
@@ -120,20 +147,116 @@ class FlagPasses(BuildCalls):
             ):
                 current = parent
                 continue
+            argument = current
             if isinstance(parent, ast.keyword):
-                current = parent
-                continue
-            if isinstance(parent, ast.Call) and current is not parent.func and call is None:
-                call = parent
-                current = parent
-                continue
-            if isinstance(parent, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)):
-                if self.parents.get(parent) is not function or parent not in getattr(function, "body", ()):
-                    return None
-                if call is not None:
-                    return call
-                return parent if isinstance(parent, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else None
+                argument, current, parent = parent.value, parent, self.parents.get(parent)
+            statement = self._statement(parent) if parent is not None else None
+            if statement is None or statement not in body:
+                return None
+            index = body.index(statement)
+            if isinstance(parent, ast.Call) and current is not parent.func:
+                func = parent.func
+                if (
+                    isinstance(func, ast.Attribute)
+                    and func.attr in _GROWING_METHODS
+                    and isinstance(func.value, ast.Name)
+                    and isinstance(statement, ast.Expr)
+                    and statement.value is parent
+                ):
+                    return ("var", func.value.id, argument, index)
+                if self.parents.get(parent) is statement or _returned(statement, parent):
+                    return ("arg", parent, argument, index)
+                return None
+            if isinstance(parent, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and parent is statement:
+                targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+                if len(targets) == 1 and isinstance(targets[0], ast.Name):
+                    return ("var", targets[0].id, current, index)
             return None
+
+    def _plain(self, value: ast.AST, allowed: ast.AST) -> bool:
+        """Whether only literal flags (and ``allowed``, the gate's own node) flow into ``value``:
+        list displays, ``+``, strings that name no target, a conditional between two such strings."""
+        pending = [value]
+        while pending:
+            item = pending.pop()
+            if item is allowed:
+                continue
+            if isinstance(item, (ast.List, ast.Tuple, ast.Set)):
+                pending.extend(item.elts)
+            elif isinstance(item, ast.Starred):
+                pending.append(item.value)
+            elif isinstance(item, ast.BinOp) and isinstance(item.op, ast.Add):
+                pending += [item.left, item.right]
+            elif isinstance(item, ast.Constant) and isinstance(item.value, str):
+                if _OWN_TARGETS.search(item.value):
+                    return False
+            elif isinstance(item, ast.IfExp):
+                pending += [item.body, item.orelse]  # its test picks a flag, never a target
+            else:
+                return False
+        return True
+
+    def _variable_uses(
+        self, name: str, function: ast.AST, node: ast.AST, body: list[ast.stmt]
+    ) -> set[int] | None:
+        """The statements (indexes into ``body``) that read variable ``name``, when the variable is
+        plain: bound once by ``=`` and grown only by ``+=``/``append``/``extend``/``insert``, all
+        unconditionally in ``function``'s body, with nothing but literal flags and the gate's own
+        flags flowing in, every read after the gate and none copying it to another name. None
+        otherwise."""
+        gate_route = self._route(node, function)
+        if gate_route is None:
+            return None
+        gate_index = gate_route[3]
+        plain_bindings = 0
+        uses: set[int] = set()
+        params = getattr(function, "args", None)
+        if params is not None and name in {a.arg for a in ast.walk(params) if isinstance(a, ast.arg)}:
+            return None
+        for n in ast.walk(function):
+            if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+                return None
+            if not (isinstance(n, ast.Name) and n.id == name):
+                continue
+            statement = self._statement(n)
+            if statement is None or statement not in body:
+                return None
+            index = body.index(statement)
+            if isinstance(n.ctx, ast.Store):
+                if isinstance(statement, ast.AugAssign) and statement.target is n:
+                    if not self._plain(statement.value, node):
+                        return None
+                    continue
+                if isinstance(statement, (ast.Assign, ast.AnnAssign)) and (
+                    statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                ) == [n]:
+                    plain_bindings += 1
+                    if statement.value is None or not self._plain(statement.value, node):
+                        return None
+                    continue
+                return None
+            if not isinstance(n.ctx, ast.Load):
+                return None
+            parent = self.parents.get(n)
+            if isinstance(parent, ast.Attribute) and isinstance(self.parents.get(parent), ast.Call):
+                call = self.parents.get(parent)
+                assert isinstance(call, ast.Call)
+                if parent.attr in _GROWING_METHODS and call.func is parent:
+                    if not all(self._plain(a, node) for a in call.args[-1:]) or not isinstance(
+                        statement, ast.Expr
+                    ):
+                        return None
+                    continue
+                return None  # flags.pop(), flags.clear() …: what stays is not read
+            route = self._route(n, function)
+            if route is not None and route[0] == "var":
+                return None  # copied to another name: `other = flags + …`
+            if route is not None and not self._plain(route[2], n):
+                return None  # passed together with other flags: `flags + extra`
+            if index <= gate_index:
+                return None  # read before the gate's flags are in it
+            uses.add(index)
+        return uses if plain_bindings <= 1 else None
 
     @staticmethod
     def _grows(call: ast.Call, names: set[str]) -> bool:
@@ -146,18 +269,11 @@ class FlagPasses(BuildCalls):
             and func.value.id in names
         )
 
-    def _sinks(self, node: ast.AST, function: ast.AST, names: set[str]) -> set[int]:
-        """The calls (by id) the gate's flags go to: the call it is an argument of, and the calls
-        of ``function`` that take a variable it is stored in."""
-        out: set[int] = set()
-        carrier = self._carried_to(node, function)
-        if isinstance(carrier, ast.Call):
-            out.add(id(carrier))
-        if names:
-            for call in ast.walk(function):
-                if isinstance(call, ast.Call) and names & self._argument_names(call):
-                    out.add(id(call))
-        return out
+
+def _returned(statement: ast.stmt, call: ast.Call) -> bool:
+    return (
+        isinstance(statement, (ast.Return, ast.Expr, ast.Assign, ast.AnnAssign)) and statement.value is call
+    )
 
 
 # Spellings that name targets in a flag: a function holding one picks targets of its own, so flags
@@ -218,6 +334,8 @@ def imported_flag_passes(
             for alias in statement.names:
                 if alias.name != "*":
                     imported[alias.asname or alias.name] = (module, alias.name)
+    for name in _bound_elsewhere(tree, imported):
+        del imported[name]  # shadowed somewhere in the file: which value a use reads is not known
     if not imported:
         return ()
     scope = FlagPasses(package, version, path, text, tree)
@@ -244,9 +362,41 @@ def imported_flag_passes(
     return tuple(ImportedFlags(m, n, tuple(flags)) for (m, n), flags in sorted(out.items()))
 
 
+def _bound_elsewhere(tree: ast.Module, names: Mapping[str, object]) -> set[str]:
+    """Which of ``names`` the file binds anywhere but one import: an assignment, a parameter, a
+    loop or ``with`` target, a ``global``, another import."""
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        found: list[str] = []
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            found = [node.id]
+        elif isinstance(node, ast.arg):
+            found = [node.arg]
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            found = list(node.names) * 2
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found = [(a.asname or a.name).split(".")[0] for a in node.names]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found = [node.name]
+        for name in found:
+            if name in names:
+                counts[name] = counts.get(name, 0) + 1
+    return {n for n, c in counts.items() if c > 1}
+
+
 def _module_paths(module: str) -> tuple[str, str]:
     base = module.replace(".", "/")
     return f"{base}.py", f"{base}/__init__.py"
+
+
+def _literal_list(value: ast.expr) -> bool:
+    """A list display, or ``+`` of list displays and names (``["-gencode=…"] + common_flags``):
+    no condition picks between two lists."""
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return not any(isinstance(n, (ast.IfExp, ast.Call, ast.Compare, ast.BoolOp)) for n in ast.walk(value))
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+        return all(isinstance(v, ast.Name) or _literal_list(v) for v in (value.left, value.right))
+    return False
 
 
 def _constant_gate(text: str, path: str, name: str, gates: Sequence[Gate]) -> Gate | None:
@@ -259,14 +409,10 @@ def _constant_gate(text: str, path: str, name: str, gates: Sequence[Gate]) -> Ga
     bindings = [
         s
         for s in tree.body
-        if (isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in s.targets))
-        or (
-            isinstance(s, (ast.AugAssign, ast.AnnAssign))
-            and isinstance(s.target, ast.Name)
-            and s.target.id == name
-        )
-    ]
-    if len(bindings) != 1 or not isinstance(bindings[0], ast.Assign):
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+        and s.targets[0].id == name
+    ]  # fmt: skip
+    if len(bindings) != 1 or _bound_elsewhere(tree, {name: None}) or not _literal_list(bindings[0].value):
         return None
     start, end = bindings[0].lineno, bindings[0].end_lineno or bindings[0].lineno
     inside = [
