@@ -23,6 +23,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 TREES = [
     FIXTURES / "cuda" / "minikern",
     FIXTURES / "cuda" / "flagpkg",
+    FIXTURES / "cuda" / "jitflagpkg",
     FIXTURES / "outcomes" / "unsafe",
     FIXTURES / "outcomes" / "polar",
     FIXTURES / "python" / "indirect",
