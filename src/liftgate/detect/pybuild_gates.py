@@ -46,7 +46,6 @@ class GateDrafts(FlagPasses):
     def _gates(self) -> tuple[Gate, ...]:
         """The drafts as gates, in source order, each with the `BuildTarget` facts behind its evidence."""
         sink = GateSink(GateKind.PY_BUILD, self.package, self.version, self.path)
-        flag_nodes = [d.node for d in self.drafts if d.directive in FLAG_GATE_DIRECTIVES]
         for draft in sorted(self.drafts, key=lambda d: (d.span.start, _position(d.node))):
             scope = self._scope(draft.node)
             normalized = draft.normalized or ast.unparse(draft.node)
@@ -66,8 +65,6 @@ class GateDrafts(FlagPasses):
                 directive=draft.directive,
                 builds=tuple(dict.fromkeys(self.built[e] for e in evidence if e in self.built)),
                 switches=draft.switches,
-                passes=self._passed_flags(draft.node, flag_nodes)
-                if draft.directive in FLAG_GATE_DIRECTIVES
-                else (),
+                passes=self._passed_flags(draft.node) if draft.directive in FLAG_GATE_DIRECTIVES else (),
             )
         return tuple(sink.gates)

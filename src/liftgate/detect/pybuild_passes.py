@@ -63,43 +63,54 @@ def _defines(node: ast.AST) -> list[tuple[str, str | None, int]]:
 
 
 class FlagPasses(BuildCalls):
-    """Which ``-D`` flags a py-build gate's arch flags are passed with (see the module's docstring)."""
+    """Which ``-D`` flags a py-build gate's arch flags are passed with (see the module's docstring).
 
-    def _passed_flags(self, node: ast.AST, rivals: Sequence[ast.AST] = ()) -> tuple[BuildFlag, ...]:
-        """The flags that travel with the gate drafted at ``node``. (``rivals``, the file's other
-        drafts, need no check of their own: a variable or argument that anything but literal
-        flags flows into is not read at all.)"""
+    Other filters of the function need no check of their own: a variable or argument that
+    anything but literal flags (and the gate's own) flows into is not read at all."""
+
+    def __init__(self, package: str, version: str | None, path: str, text: str, tree: ast.Module) -> None:
+        super().__init__(package, version, path, text, tree)
+        # Per function (by id): its -D strings, and where each statement of its body stands.
+        self._define_cache: dict[int, list[ast.Constant]] = {}
+        self._body_cache: dict[int, dict[int, int]] = {}
+
+    def _passed_flags(self, node: ast.AST) -> tuple[BuildFlag, ...]:
+        """The flags that travel with the gate drafted at ``node``."""
         found: list[tuple[str, str | None, int]] = []
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             for item in node.elts:
                 found.extend(_defines(item))
         function = self._function(node)
-        if function is not None and self._has_defines(function):
+        if function is not None and self._define_strings(function):
             self._index(function)
             found.extend(self._beside(node, function))
         flags = dict.fromkeys(BuildFlag(macro, value, self.path, line) for macro, value, line in found)
         return tuple(flags)
 
-    def _has_defines(self, function: ast.AST) -> bool:
-        cache: dict[int, list[ast.Constant]] = self.__dict__.setdefault("_define_cache", {})
-        strings = cache.get(id(function))
+    def _define_strings(self, function: ast.AST) -> list[ast.Constant]:
+        """The string constants of ``function`` that hold a ``-D`` token."""
+        strings = self._define_cache.get(id(function))
         if strings is None:
-            strings = cache[id(function)] = [
+            strings = self._define_cache[id(function)] = [
                 n for n in ast.walk(function) if isinstance(n, ast.Constant) and _defines(n)
             ]
-        return bool(strings)
+        return strings
 
-    def _define_strings(self, function: ast.AST) -> list[ast.Constant]:
-        self._has_defines(function)
-        found: list[ast.Constant] = self.__dict__["_define_cache"][id(function)]
-        return found
+    def _body_index(self, statement: ast.stmt | None, function: ast.AST) -> int | None:
+        """Where ``statement`` stands in ``function``'s own body; None when it is not one of its
+        statements (nested under an ``if``, a loop, another function, or None)."""
+        index = self._body_cache.get(id(function))
+        if index is None:
+            index = self._body_cache[id(function)] = {
+                id(s): k for k, s in enumerate(getattr(function, "body", ()))
+            }
+        return None if statement is None else index.get(id(statement))
 
     def _beside(self, node: ast.AST, function: ast.AST) -> list[tuple[str, str | None, int]]:
         """Flags of ``function`` that go wherever the gate at ``node`` goes (module docstring)."""
         route = self._route(node, function)
         if route is None:
             return []
-        body: list[ast.stmt] = list(getattr(function, "body", ()))
         out: list[tuple[str, str | None, int]] = []
         if route[0] == "arg":
             _, call, argument, _ = route
@@ -111,10 +122,10 @@ class FlagPasses(BuildCalls):
                     out.extend(_defines(string))
             return out
         name = str(route[1])
-        uses = self._variable_uses(name, function, node, body)
+        uses = self._variable_uses(name, function, node)
         if uses is None:
             return []
-        first_use = min(uses, default=len(body))
+        first_use = min(uses, default=len(getattr(function, "body", ())))
         for string in self._define_strings(function):
             if self._contains(node, string):
                 continue
@@ -133,7 +144,6 @@ class FlagPasses(BuildCalls):
         it is stored in (or appended to) a plain variable, ("arg", call, argument, statement index)
         when it is an argument of a call. None when anything else stands between (a condition, a
         loop, string concatenation, a second call)."""
-        body: list[ast.stmt] = list(getattr(function, "body", ()))
         current = node
         parent = self.parents.get(current)
         if isinstance(node, ast.Constant) and isinstance(parent, ast.BinOp):
@@ -151,9 +161,9 @@ class FlagPasses(BuildCalls):
             if isinstance(parent, ast.keyword):
                 argument, current, parent = parent.value, parent, self.parents.get(parent)
             statement = self._statement(parent) if parent is not None else None
-            if statement is None or statement not in body:
+            index = self._body_index(statement, function)
+            if statement is None or index is None:
                 return None
-            index = body.index(statement)
             if isinstance(parent, ast.Call) and current is not parent.func:
                 func = parent.func
                 if (
@@ -164,7 +174,7 @@ class FlagPasses(BuildCalls):
                     and statement.value is parent
                 ):
                     return ("var", func.value.id, argument, index)
-                if self.parents.get(parent) is statement or _returned(statement, parent):
+                if self.parents.get(parent) is statement:
                     return ("arg", parent, argument, index)
                 return None
             if isinstance(parent, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and parent is statement:
@@ -196,10 +206,8 @@ class FlagPasses(BuildCalls):
                 return False
         return True
 
-    def _variable_uses(
-        self, name: str, function: ast.AST, node: ast.AST, body: list[ast.stmt]
-    ) -> set[int] | None:
-        """The statements (indexes into ``body``) that read variable ``name``, when the variable is
+    def _variable_uses(self, name: str, function: ast.AST, node: ast.AST) -> set[int] | None:
+        """The statements (indexes into ``function``'s body) that read variable ``name``, when the variable is
         plain: bound once by ``=`` and grown only by ``+=``/``append``/``extend``/``insert``, all
         unconditionally in ``function``'s body, with nothing but literal flags and the gate's own
         flags flowing in, every read after the gate and none copying it to another name. None
@@ -219,9 +227,9 @@ class FlagPasses(BuildCalls):
             if not (isinstance(n, ast.Name) and n.id == name):
                 continue
             statement = self._statement(n)
-            if statement is None or statement not in body:
+            index = self._body_index(statement, function)
+            if statement is None or index is None:
                 return None
-            index = body.index(statement)
             if isinstance(n.ctx, ast.Store):
                 if isinstance(statement, ast.AugAssign) and statement.target is n:
                     if not self._plain(statement.value, node):
@@ -258,28 +266,10 @@ class FlagPasses(BuildCalls):
             uses.add(index)
         return uses if plain_bindings <= 1 else None
 
-    @staticmethod
-    def _grows(call: ast.Call, names: set[str]) -> bool:
-        """``flags.append("-DX")`` (``extend``, ``insert``) on a variable the gate's flags are in."""
-        func = call.func
-        return (
-            isinstance(func, ast.Attribute)
-            and func.attr in _GROWING_METHODS
-            and isinstance(func.value, ast.Name)
-            and func.value.id in names
-        )
-
-
-def _returned(statement: ast.stmt, call: ast.Call) -> bool:
-    return (
-        isinstance(statement, (ast.Return, ast.Expr, ast.Assign, ast.AnnAssign)) and statement.value is call
-    )
-
 
 # Spellings that name targets in a flag: a function holding one picks targets of its own, so flags
 # in it are not read as travelling with an imported constant (see `imported_flag_passes`).
 _DEFINE_STRING = re.compile(r"""["']-D[A-Za-z_]""")
-_NEWLINE = re.compile(r"\r\n|\r|\n")  # line breaks as the parser counts them
 _OWN_TARGETS = re.compile(r"get_nvcc_flags_list|gencode|-arch\b|--gpu-arch|compute_\d|sm_\d")
 
 
@@ -340,13 +330,12 @@ def imported_flag_passes(
         return ()
     scope = FlagPasses(package, version, path, text, tree)
     scope._index(tree)
-    starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]  # offset of each line
+    lines = scope._lines()
     out: dict[tuple[str, str], dict[BuildFlag, None]] = {}
     for function in ast.walk(tree):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        first, last = function.lineno - 1, function.end_lineno or function.lineno
-        segment = text[starts[first] : starts[last] if last < len(starts) else len(text)]
+        segment = "".join(lines[function.lineno - 1 : function.end_lineno or function.lineno])
         if _DEFINE_STRING.search(segment) is None or _OWN_TARGETS.search(segment):
             continue
         uses = [
@@ -356,7 +345,7 @@ def imported_flag_passes(
             and scope._function(n) is function and _as_value(n, scope.parents.get(n))
         ]  # fmt: skip
         for use in uses:
-            flags = scope._passed_flags(use, uses)
+            flags = scope._passed_flags(use)
             if flags:
                 out.setdefault(imported[use.id], {}).update(dict.fromkeys(flags))
     return tuple(ImportedFlags(m, n, tuple(flags)) for (m, n), flags in sorted(out.items()))
