@@ -1,7 +1,7 @@
 """The same inputs give the same report whatever ``-j`` is (issue 21): fixture trees with include
 cycles, build flags, Python indirection and shipped-kernel-free packages are scanned with 1, 2 and 4
-workers, files cut into chunks of one so that every worker sees a different order, and the JSON
-reports (timings aside) are byte-identical."""
+workers, files (and the judge's gates) cut into chunks of one so that every worker sees a different
+order, and the JSON reports with their verdicts (timings aside) are byte-identical."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import TypeVar
 import pytest
 
 from liftgate.detect import cfamily
+from liftgate.judge import verdict
 from liftgate.judge.verdict import judge_scan
 from liftgate.report import OutputFormat, render
 from liftgate.report.interface import RenderOptions, Show
@@ -41,7 +42,8 @@ def _one_file_chunks(items: Sequence[T], parts: int, min_size: int) -> list[list
 
 def _report(trees: list[str], jobs: int) -> str:
     report = judge_scan(
-        scan(trees, ["sm_120", "sm_90", "sm_121a"], cuda_version=(13, 0), jobs=jobs, use_cache=False)
+        scan(trees, ["sm_120", "sm_90", "sm_121a"], cuda_version=(13, 0), jobs=jobs, use_cache=False),
+        jobs=jobs,
     )
     doc = json.loads(render(report, OutputFormat.JSON, RenderOptions(show=Show.ALL)))
     doc.pop("elapsed_s", None)
@@ -60,6 +62,31 @@ def test_the_report_is_the_same_whatever_the_job_count(
     trees = [str(t) for t in TREES] + [str(cycle)]
     monkeypatch.setattr(cfamily, "_chunks", _one_file_chunks)
     monkeypatch.setattr(cfamily, "_POOL_THRESHOLD", 1)  # the worker pool even for a few files
+    # The judge too: every gate judged in a chunk of its own, in whichever worker is free.
+    monkeypatch.setattr(verdict, "chunks", _one_file_chunks)
+    monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
     one = _report(trees, 1)
     assert '"gates": []' not in one
+    assert '"verdicts": [{' in one
     assert _report(trees, jobs) == one
+
+
+def _die(*args: object) -> None:
+    import os
+
+    os._exit(3)  # a worker killed mid-chunk (the kernel's OOM killer, say)
+
+
+def test_a_judging_worker_that_dies_costs_no_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    report = scan(
+        [str(FIXTURES / "outcomes" / "unsafe")],
+        ["sm_120", "sm_90"],
+        cuda_version=(13, 0),
+        jobs=1,
+        use_cache=False,
+    )  # no verdict cache: both calls judge
+    serial = judge_scan(report, jobs=1).verdicts
+    assert serial
+    monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
+    monkeypatch.setattr(verdict, "_judge_chunk", _die)
+    assert judge_scan(report, jobs=2).verdicts == serial

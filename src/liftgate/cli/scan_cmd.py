@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         if judge and report.targets:
             from liftgate.judge.verdict import judge_scan
 
-            report = judge_scan(report, observer=observer)
+            report = judge_scan(report, observer=observer, jobs=args.jobs)
         if args.by == "chain" and report.targets:
             from liftgate.chain import find_chains
 

@@ -59,6 +59,7 @@ from liftgate.model import (
     Verdict,
     VerdictKind,
 )
+from liftgate.scan.pool import POOL_THRESHOLD, chunks, default_jobs
 from liftgate.sources.interface import NullObserver, Observer
 from liftgate.sources.workspace import Workspace
 
@@ -549,6 +550,7 @@ def judge_report(
     only: Callable[[Gate], bool] | None = None,
     observer: Observer | None = None,
     cache_root: str | None = None,
+    jobs: int | None = None,
 ) -> list[Verdict]:
     """Verdicts for every gate that excludes (or may exclude) one of ``targets``, and an ``unsafe``
     verdict for every gate that admits one into code using a feature it lacks (`judge_admitted`).
@@ -557,7 +559,8 @@ def judge_report(
     still inform the analysis). ``observer`` is started once with the number of (gate, target)
     pairs to judge and advanced by one per pair; the caller finishes it. With ``cache_root`` (and
     no ``only``), a package's verdicts for a target are taken from the cache when nothing they can
-    depend on changed (`liftgate.judge.cache`), and stored there otherwise.
+    depend on changed (`liftgate.judge.cache`), and stored there otherwise. ``jobs``: worker
+    processes (default: the CPU count, at most 8); the verdicts do not depend on it.
     """
     observer = observer or NullObserver()
     by_package: dict[tuple[str, str | None], list[Gate]] = {}
@@ -597,29 +600,108 @@ def judge_report(
                 work.append((target, todo))
         if work:
             plan.append((key, pkg_gates, work))
-    observer.start("judging the gated code", total=sum(len(todo) for _, _, work in plan for _, todo in work))
+    total = sum(len(todo) for _, _, work in plan for _, todo in work)
+    observer.start("judging the gated code", total=total)
     judged: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = dict(cached)
-    for (name, version), pkg_gates, work in plan:
-        paths = sorted(workspace.files(name, version))
-        store = FileStore(paths, functools.partial(workspace.read, name, version))
-        for target, todo in work:
-            ctx = _build_context(store, paths, pkg_gates, target)
-            found_here: list[Verdict] = []
-            for g in todo:
-                if g.status(target) is Status.ADMITTED:
-                    found = judge_admitted(g, target, ctx)
-                    if found is not None:
-                        found_here.append(found)
-                else:
-                    found_here.append(judge_gate(g, target, ctx))
-                observer.advance(1)
-            judged[((name, version), target)] = found_here
-            if cache is not None and ((name, version), target) in keys:
-                cache.store(keys[((name, version), target)], found_here)
+    jobs = jobs or default_jobs()
+    fresh = _judge_in_pool(plan, workspace, jobs, observer) if jobs > 1 and total >= POOL_THRESHOLD else None
+    if fresh is None:  # one job, little work, or a worker died: judged here
+        fresh = {}
+        for (name, version), pkg_gates, work in plan:
+            paths = sorted(workspace.files(name, version))
+            store = FileStore(paths, functools.partial(workspace.read, name, version))
+            for target, todo in work:
+                ctx = _build_context(store, paths, pkg_gates, target)
+                fresh[((name, version), target)] = _judge_all(todo, target, ctx, observer)
+    for pair, found_here in fresh.items():
+        judged[pair] = found_here
+        if cache is not None and pair in keys:
+            cache.store(keys[pair], found_here)
     # In package and target order, whether judged now or taken from the cache.
     return [
         v for key in workspace.package_keys() for target in targets for v in judged.get((key, target), ())
     ]
+
+
+def _judge_all(todo: Sequence[Gate], target: Arch, ctx: PackageContext, observer: Observer) -> list[Verdict]:
+    """The verdicts of ``todo`` for ``target``, in order: every excluding gate's, and the ``unsafe``
+    ones of the admitting gates."""
+    found_here: list[Verdict] = []
+    for g in todo:
+        if g.status(target) is Status.ADMITTED:
+            found = judge_admitted(g, target, ctx)
+            if found is not None:
+                found_here.append(found)
+        else:
+            found_here.append(judge_gate(g, target, ctx))
+        observer.advance(1)
+    return found_here
+
+
+_PackageKey = tuple[str, str | None]
+# What every worker of a judging pool is handed once, when it starts: each package's files and
+# gates. Its contexts (a package's lexed files, for one target) are kept between the chunks it judges.
+_WORKER_STATE: tuple[Workspace, dict[_PackageKey, list[Gate]]] | None = None
+_WORKER_CONTEXTS: dict[tuple[_PackageKey, Arch], PackageContext] = {}
+_WORKER_STORES: dict[_PackageKey, FileStore] = {}
+
+
+def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]]) -> None:
+    global _WORKER_STATE
+    _WORKER_STATE = (workspace, gates)
+    _WORKER_CONTEXTS.clear()
+    _WORKER_STORES.clear()
+
+
+def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict]:
+    """In a worker: the verdicts of the gates ``ids`` of package ``key`` for ``target``."""
+    assert _WORKER_STATE is not None
+    workspace, gates = _WORKER_STATE
+    ctx = _WORKER_CONTEXTS.get((key, target))
+    if ctx is None:
+        paths = sorted(workspace.files(*key))
+        store = _WORKER_STORES.get(key)
+        if store is None:
+            store = _WORKER_STORES[key] = FileStore(paths, functools.partial(workspace.read, *key))
+        ctx = _WORKER_CONTEXTS[(key, target)] = _build_context(store, paths, gates[key], target)
+    by_id = {g.id: g for g in gates[key]}
+    return _judge_all([by_id[i] for i in ids], target, ctx, NullObserver())
+
+
+def _judge_in_pool(
+    plan: Sequence[tuple[_PackageKey, list[Gate], list[tuple[Arch, list[Gate]]]]],
+    workspace: Workspace,
+    jobs: int,
+    observer: Observer,
+) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
+    """`judge_report`'s work in ``jobs`` processes: each (package, target)'s gates cut into runs of
+    neighbouring gates (in path order, so a chunk's gates mostly read the same files), judged in
+    whichever worker is free, and put back in order. A verdict depends only on its gate, the
+    package and the target, so the result is the serial one whatever ``jobs`` is. None when a
+    worker died."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    keys = {key for key, _, _ in plan}
+    files = Workspace.from_files({key: workspace.files(*key) for key in keys})
+    gates = {key: pkg_gates for key, pkg_gates, _ in plan}
+    out: dict[tuple[_PackageKey, Arch], list[Verdict]] = {}
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates))
+    try:
+        submitted = [
+            (key, target, len(chunk), pool.submit(_judge_chunk, key, target, [g.id for g in chunk]))
+            for key, _, work in plan
+            for target, todo in work
+            for chunk in chunks(todo, jobs * 4, 4)
+        ]
+        for key, target, size, future in submitted:
+            out.setdefault((key, target), []).extend(future.result())
+            observer.advance(size)
+    except BrokenProcessPool:  # a worker died (memory): the caller judges everything itself
+        pool.shutdown(wait=False, cancel_futures=True)
+        return None
+    pool.shutdown()
+    return out
 
 
 def _reached(gate: Gate, target: Arch, by_id: dict[str, Gate]) -> bool:
@@ -666,10 +748,14 @@ def judge_admitted(gate: Gate, target: Arch, ctx: PackageContext) -> Verdict | N
 
 
 def judge_scan(
-    report: Report, only: Callable[[Gate], bool] | None = None, observer: Observer | None = None
+    report: Report,
+    only: Callable[[Gate], bool] | None = None,
+    observer: Observer | None = None,
+    jobs: int | None = None,
 ) -> Report:
     """``report`` with a verdict for every gate that excludes one of its targets (``scan --judge``);
-    ``only`` chooses which gates are judged. Needs the report's workspace (`liftgate.scan` sets it)."""
+    ``only`` chooses which gates are judged, ``jobs`` how many processes judge them. Needs the
+    report's workspace (`liftgate.scan` sets it)."""
     if not report.targets:
         return report
     workspace = report.files("the judge")
@@ -682,6 +768,7 @@ def judge_scan(
             only=only,
             observer=observer,
             cache_root=report.cache_root,
+            jobs=jobs,
         )
     finally:
         observer.finish()

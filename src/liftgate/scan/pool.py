@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -11,6 +12,11 @@ T = TypeVar("T")
 
 # Below this many files, a process pool costs more than it saves.
 POOL_THRESHOLD = 64
+
+
+def default_jobs() -> int:
+    """Worker processes when the user names none: the CPU count, at most 8."""
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def _reset_worker() -> None:

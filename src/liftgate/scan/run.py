@@ -26,7 +26,7 @@ from liftgate.arch.core import Arch
 from liftgate.detect.interface import Batch, Detection, Detector, Scope, Settings, not_analysed
 from liftgate.model import Gate, PackageSummary, Report, Skip, Target, TorchOp
 from liftgate.scan.cache import ScanCache, code_fingerprint, content_digests, ops_digest
-from liftgate.scan.pool import Pool
+from liftgate.scan.pool import Pool, default_jobs
 from liftgate.scan.toolkit import local_cuda_version
 from liftgate.sources.interface import DEFAULT_MAX_FILE_SIZE, NullObserver, Observer, Package, SourceFile
 from liftgate.sources.workspace import Workspace
@@ -108,7 +108,7 @@ def scan(
     detectors = [d for d in DETECTORS if d.name == "python"] if only_python else list(DETECTORS)
     runner = Runner(
         workspace, settings, ScanCache(cache_root_dir if use_cache else None), observer,
-        Pool(jobs or max(1, min(os.cpu_count() or 1, 8))),
+        Pool(jobs or default_jobs()),
     )  # fmt: skip
     gates: list[Gate] = []
     skips: list[Skip] = list(source_skips)
