@@ -505,7 +505,7 @@ def _capability_helpers(
                     data = fh.read(DEFAULT_MAX_FILE_SIZE + 1)
             except OSError:
                 continue
-            if any(n in data for n in needles):
+            if any(map(data.__contains__, needles)):
                 todo.append(path)
         if not todo:
             break

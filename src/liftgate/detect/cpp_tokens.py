@@ -60,6 +60,7 @@ def tokenize(text: str, region_of_line: Callable[[int], int | None] | None = Non
     """
     out: list[Tok] = []
     append = out.append
+    new_tok = tuple.__new__  # Tok(...) without the Python frame of a NamedTuple's __new__
     line = 1
     at_line_start = True
     in_directive = False
@@ -106,7 +107,7 @@ def tokenize(text: str, region_of_line: Callable[[int], int | None] | None = Non
             region = region_of_line(start_line)
             region_line = start_line
         if region is not None:
-            append(Tok(kind, tok, start_line, region))
+            append(new_tok(Tok, (kind, tok, start_line, region)))
     return out
 
 

@@ -516,19 +516,35 @@ class Walker:
         if current is new:
             return
         untouched = name not in self.table  # in a header walked from a clean state: as includers have it
-        if not isinstance(current, tuple) and not isinstance(new, tuple):
-            entries = [_settle(current, new, a, untouched) for a in active]
+        # Lanes alike (the same entries, the same activity) settle alike: each distinct combination
+        # is settled once (a few per macro, against one per lane), and the lanes are mapped to
+        # the results without a Python loop over them.
+        shared: dict[int, MacroEntry] = {}  # one MaybeDef per definition: lanes alike store one value
+        if not isinstance(current, tuple) and not isinstance(new, tuple):  # settled once per activity
+            by_activity: dict[Tri, MacroEntry] = {}
+            for a in dict.fromkeys(active):  # in lane order
+                e = _settle(current, new, a, untouched)
+                by_activity[a] = shared.setdefault(id(e.definition), e) if isinstance(e, MaybeDef) else e
+            values = list(by_activity.values())
+            if all(v is values[0] for v in values):
+                self.table[name] = values[0]
+            else:
+                self.table[name] = tuple(map(by_activity.__getitem__, active))
+            return
+        n = len(active)
+        currents = current if isinstance(current, tuple) else (current,) * n
+        news = new if isinstance(new, tuple) else (new,) * n
+        keys = list(zip(map(id, currents), map(id, news), active, strict=True))
+        objects = dict(zip(keys, zip(currents, news, strict=True), strict=True))  # both held meanwhile
+        results: dict[tuple[int, int, Tri], MacroEntry] = {}
+        for key, (cur, nxt) in objects.items():
+            e = _settle(cur, nxt, key[2], untouched)
+            results[key] = shared.setdefault(id(e.definition), e) if isinstance(e, MaybeDef) else e
+        distinct = {id(e): e for e in results.values()}
+        if len(distinct) == 1:
+            (self.table[name],) = distinct.values()
         else:
-            entries = []
-            for lane, a in enumerate(active):
-                cur = current[lane] if isinstance(current, tuple) else current
-                nxt = new[lane] if isinstance(new, tuple) else new
-                entries.append(_settle(cur, nxt, a, untouched))
-        # One MaybeDef per definition, so that lanes alike are stored as one value (and evaluated once).
-        shared: dict[int, MacroEntry] = {}
-        entries = [shared.setdefault(id(e.definition), e) if isinstance(e, MaybeDef) else e for e in entries]
-        first = entries[0]
-        self.table[name] = first if all(e is first for e in entries) else tuple(entries)
+            self.table[name] = tuple(map(results.__getitem__, keys))
 
     # -- evaluation --------------------------------------------------------
     def eval_vec(self, tokens: list[str]) -> tuple[Vec, set[str], str | None]:
