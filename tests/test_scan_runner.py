@@ -4,6 +4,7 @@ one safety net. Each test pins a defect found in review of the spine's first ver
 from __future__ import annotations
 
 import ast
+import importlib
 import shutil
 from pathlib import Path
 
@@ -130,7 +131,7 @@ def test_a_broken_pool_is_replaced_and_the_package_is_a_skip(tmp_path: Path) -> 
             self.down = True
 
     class Dying:
-        name, scope, phase, caches_itself = "dying", Scope.PACKAGE, "", True
+        name, scope, phase, caches_itself, runs_ahead = "dying", Scope.PACKAGE, "", True, False
 
         def wants(self, path: str) -> bool:
             return True
@@ -152,3 +153,76 @@ def test_a_broken_pool_is_replaced_and_the_package_is_a_skip(tmp_path: Path) -> 
     assert broken.down and pool.executor is None
     assert [s.package for s in found.skips] == ["p", "q"]
     assert all("dying detector failed (BrokenProcessPool: a worker died)" in s.reason for s in found.skips)
+
+
+RUN_AHEAD_TREES = [
+    Path(__file__).parent / "fixtures" / "python" / "indirect",
+    Path(__file__).parent / "fixtures" / "cuda" / "minikern",
+]
+OPS_TREE = Path(__file__).parent / "fixtures" / "cpp_runtime" / "opslib"
+
+
+def _gate_rows(trees: list[Path], jobs: int) -> list[tuple[object, ...]]:
+    from liftgate.scan.cache import gate_to_row
+
+    report = scan(
+        [str(t) for t in trees], ["sm_120", "sm_100"], cuda_version=(13, 0), jobs=jobs, use_cache=False
+    )
+    return [gate_to_row(g) for g in report.gates]
+
+
+def _spy_run_ahead(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    run = importlib.import_module("liftgate.scan.run")
+
+    calls = {"result": 0, "cancel": 0}
+    result, cancel = run._RunAhead.result, run._RunAhead.cancel
+
+    def counted_result(self: run._RunAhead) -> object:
+        calls["result"] += 1
+        return result(self)
+
+    def counted_cancel(self: run._RunAhead) -> None:
+        calls["cancel"] += 1
+        cancel(self)
+
+    monkeypatch.setattr(run, "RUN_AHEAD_THRESHOLD", 1)
+    monkeypatch.setattr(run._RunAhead, "result", counted_result)
+    monkeypatch.setattr(run._RunAhead, "cancel", counted_cancel)
+    return calls
+
+
+def test_the_python_detector_runs_ahead_and_gives_the_same_gates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With more than one job the Python detector runs beside the C-family detector, in a process
+    of its own; no torch ops are published, so its detection is taken, and it is the in-order one."""
+    in_order = _gate_rows(RUN_AHEAD_TREES, 1)
+    calls = _spy_run_ahead(monkeypatch)
+    assert _gate_rows(RUN_AHEAD_TREES, 2) == in_order
+    assert calls == {"result": 1, "cancel": 0}
+    assert any(row[1] == "py-runtime" for row in in_order)
+
+
+def test_a_run_ahead_that_assumed_no_torch_ops_is_dropped_when_some_are_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """opslib's C++ registers a query op its Python calls with the capability: the Python detector
+    must see it, so the detection made without it is thrown away and the detector runs again."""
+    in_order = _gate_rows([OPS_TREE], 1)
+    calls = _spy_run_ahead(monkeypatch)
+    assert _gate_rows([OPS_TREE], 2) == in_order
+    assert calls == {"result": 0, "cancel": 1}
+
+
+def _dies(*args: object) -> None:
+    import os
+
+    os._exit(3)
+
+
+def test_a_run_ahead_process_that_dies_costs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = importlib.import_module("liftgate.scan.run")
+
+    in_order = _gate_rows(RUN_AHEAD_TREES, 1)
+    calls = _spy_run_ahead(monkeypatch)
+    monkeypatch.setattr(run, "_detect_ahead", _dies)
+    assert _gate_rows(RUN_AHEAD_TREES, 2) == in_order
+    assert calls["result"] == 1

@@ -521,6 +521,7 @@ class CFamilyDetector:
     scope = Scope.PACKAGE
     phase = ""  # it reports its own phases: indexing, capability helpers, analysing (rounds)
     caches_itself = True
+    runs_ahead = False
 
     def wants(self, path: str) -> bool:
         return _is_indexed(path)

@@ -94,12 +94,16 @@ class Detector(Protocol):
     ``name`` keys its cache entries and its skips; ``scope`` says how many files one call sees;
     ``phase`` is the progress line of a FILE-scoped detector ("analysing CMake files");
     ``caches_itself`` false lets the runner cache the detection by the content of its files.
+    ``runs_ahead``: a WORKSPACE-scoped detector the runner may start at once, in a process of its
+    own, while the detectors before it run, on the assumption that they publish no facts for it;
+    the runner takes that detection only when they published none (`liftgate.scan.run`).
     """
 
     name: str
     scope: Scope
     phase: str
     caches_itself: bool
+    runs_ahead: bool
 
     def wants(self, path: str) -> bool: ...
 

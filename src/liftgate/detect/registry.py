@@ -28,6 +28,7 @@ class CMakeDetector:
     name = "cmake"
     scope = Scope.FILE
     caches_itself = False
+    runs_ahead = False
     phase = "analysing CMake files"
 
     def wants(self, path: str) -> bool:
@@ -51,6 +52,9 @@ class PythonDetector:
     name = "python"
     scope = Scope.WORKSPACE
     caches_itself = False
+    # The longest phase, and one process: it runs beside the C-family detector, which publishes
+    # torch ops for it only where a package registers query ops (none of FlashInfer's or SGLang's).
+    runs_ahead = True
     phase = "analysing Python"
 
     def wants(self, path: str) -> bool:
@@ -147,6 +151,7 @@ class BinaryDetector:
 
     name = "binary"
     scope = Scope.PACKAGE
+    runs_ahead = False
     caches_itself = True  # only ELF section tables and fatbin headers are read: kilobytes per file
     phase = ""
 

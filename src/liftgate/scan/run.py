@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from liftgate.arch.core import Arch
 from liftgate.detect.interface import Batch, Detection, Detector, Scope, Settings, not_analysed
@@ -32,6 +33,8 @@ from liftgate.sources.interface import DEFAULT_MAX_FILE_SIZE, NullObserver, Obse
 from liftgate.sources.workspace import Workspace
 
 Overlay = Mapping[tuple[str, str], str]
+# Below this many files, a detector that `runs_ahead` is run in order: a process costs more than it saves.
+RUN_AHEAD_THRESHOLD = 64
 
 
 def resolve_targets(targets: Iterable[str | Arch | Target]) -> tuple[Target, ...]:
@@ -114,6 +117,8 @@ def scan(
     skips: list[Skip] = list(source_skips)
     examined: set[tuple[int, str]] = set()  # (package's index, path): each file any detector wanted, once
     try:
+        if runner.pool.jobs > 1:
+            runner.run_ahead(detectors, packages)
         for detector in detectors:
             found = runner.run(detector, packages, examined)
             gates.extend(found.gates)
@@ -152,12 +157,43 @@ class Runner:
         self.observer = observer
         self.pool = pool
         self.published: list[TorchOp] = []  # facts earlier detectors published for later ones
+        self.ahead: dict[str, _RunAhead] = {}  # detector name -> its detection, under way in a process
 
     def close(self) -> None:
+        for ahead in self.ahead.values():
+            ahead.cancel()
+        self.ahead.clear()
         self.pool.close()
         from liftgate.detect.registry import reset_workers
 
         reset_workers()  # the in-process detectors may hold whole packages' lexed headers
+
+    def run_ahead(self, detectors: Sequence[Detector], packages: Sequence[Package]) -> None:
+        """Start each detector that `runs_ahead` (after the first) in a process of its own, with no
+        published facts, unless the cache already holds that detection: a cold scan then runs it
+        beside the detectors before it instead of after them (`_cached` takes the result only when
+        they published nothing, so the report is the one a scan in order gives)."""
+        for detector in detectors[1:]:
+            if not (detector.runs_ahead and detector.scope is Scope.WORKSPACE and not detector.caches_itself):
+                continue
+            files = [f for p in packages for f in p.files if detector.wants(f.path)]
+            if (
+                len(files) >= RUN_AHEAD_THRESHOLD
+                and self.cache.load_result(self._key(detector, files, ())) is None
+            ):
+                self.ahead[detector.name] = _RunAhead(detector, tuple(files), self.workspace, self.settings)
+
+    def _groups(
+        self, detector: Detector, packages: Sequence[Package], examined: set[tuple[int, str]]
+    ) -> list[tuple[Package | None, list[SourceFile]]]:
+        wanted = [[f for f in p.files if detector.wants(f.path)] for p in packages]
+        for k, files in enumerate(wanted):
+            examined.update((k, f.path) for f in files)
+        return (
+            [(None, [f for files in wanted for f in files])]
+            if detector.scope is Scope.WORKSPACE
+            else list(zip(packages, wanted, strict=True))
+        )
 
     def run(
         self, detector: Detector, packages: Sequence[Package], examined: set[tuple[int, str]]
@@ -165,14 +201,7 @@ class Runner:
         gates: list[Gate] = []
         skips: list[Skip] = []
         ops: list[TorchOp] = []
-        wanted = [[f for f in p.files if detector.wants(f.path)] for p in packages]
-        for k, files in enumerate(wanted):
-            examined.update((k, f.path) for f in files)
-        groups: list[tuple[Package | None, list[SourceFile]]] = (
-            [(None, [f for files in wanted for f in files])]
-            if detector.scope is Scope.WORKSPACE
-            else list(zip(packages, wanted, strict=True))
-        )
+        groups = self._groups(detector, packages, examined)
         for package, files in groups:
             if not files:
                 continue
@@ -182,9 +211,7 @@ class Runner:
             ops.extend(found.ops)
         return Detection(tuple(gates), tuple(skips), tuple(ops))
 
-    def _cached(self, detector: Detector, package: Package | None, files: list[SourceFile]) -> Detection:
-        if detector.caches_itself:
-            return self._call(detector, package, files)[0]
+    def _key(self, detector: Detector, files: Sequence[SourceFile], published: Sequence[TorchOp]) -> str:
         contents = content_digests(files, self.cache)
         digest = hashlib.sha256(
             f"{detector.name}\x1f{code_fingerprint()}\x1f{self.settings.max_file_size}\x1f"
@@ -192,12 +219,32 @@ class Runner:
         )
         for f in sorted(files, key=lambda f: (f.package, f.path)):
             digest.update(f"{f.package}\x1f{f.version}\x1f{f.path}\x1f{contents[f.fspath]}\x1e".encode())
-        digest.update(ops_digest(self.published).encode())  # what earlier detectors told this one
-        key = f"{detector.name}-{digest.hexdigest()[:32]}"
+        digest.update(ops_digest(published).encode())  # what earlier detectors told this one
+        return f"{detector.name}-{digest.hexdigest()[:32]}"
+
+    def _cached(self, detector: Detector, package: Package | None, files: list[SourceFile]) -> Detection:
+        if detector.caches_itself:
+            return self._call(detector, package, files)[0]
+        key = self._key(detector, files, self.published)
+        ahead = self.ahead.pop(detector.name, None)
         cached = self.cache.load_result(key)
         if cached is not None:
+            if ahead is not None:
+                ahead.cancel()
             return Detection(tuple(cached[0]), tuple(cached[1]), tuple(cached[2]))
-        found, failed = self._call(detector, package, files)
+        found: Detection | None = None
+        failed = False
+        if ahead is not None:
+            if self.published:  # it assumed no published facts, and there are some: not its result
+                ahead.cancel()
+            else:
+                self.observer.start(detector.phase, total=None)
+                try:
+                    found = ahead.result()  # None when it failed: run here, inside the safety net
+                finally:
+                    self.observer.finish()
+        if found is None:
+            found, failed = self._call(detector, package, files)
         if not failed:  # a failure may pass (memory, a broken worker): it is never remembered
             self.cache.store_result(key, list(found.gates), list(found.skips), found.ops)
         return found
@@ -256,3 +303,55 @@ def _overlaid(pkg: Package, overlay: Overlay) -> Package:
             st = os.stat(replacement)
             files.append(replace(f, fspath=replacement, size=st.st_size, mtime_ns=st.st_mtime_ns))
     return replace(pkg, files=tuple(files))
+
+
+class _RunAhead:
+    """A WORKSPACE-scoped detector's detection under way in a process of its own (`Runner.run_ahead`)."""
+
+    def __init__(
+        self, detector: Detector, files: tuple[SourceFile, ...], workspace: Workspace, settings: Settings
+    ) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context()
+        self._receive, send = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_detect_ahead, args=(detector.name, files, workspace, settings, send), daemon=True
+        )
+        self._process.start()
+        send.close()  # the child holds the sending end: its exit ends the pipe
+
+    def result(self) -> Detection | None:
+        """The detection, or None when the detector raised or the process died."""
+        try:
+            found = self._receive.recv()
+        except (EOFError, OSError):
+            found = None
+        self._process.join()
+        self._receive.close()
+        return found if isinstance(found, Detection) else None
+
+    def cancel(self) -> None:
+        if self._process.is_alive():
+            self._process.terminate()
+        self._process.join()
+        self._receive.close()
+
+
+def _detect_ahead(
+    name: str, files: tuple[SourceFile, ...], workspace: Workspace, settings: Settings, send: Any
+) -> None:
+    """In the run-ahead process: the detection with no published facts, or None if it raised (the
+    runner then runs the detector itself, inside the one safety net, for the Skip it makes)."""
+    from liftgate.detect.registry import DETECTORS
+
+    (detector,) = (d for d in DETECTORS if d.name == name)
+    detector.reset()
+    try:
+        found: Detection | None = detector.detect(
+            Batch(files, workspace, settings, NullObserver(), None, None, 1, ScanCache(None), ())
+        )
+    except Exception:
+        found = None
+    send.send(found)
+    send.close()
