@@ -1,31 +1,41 @@
-"""Benchmark: liftgate's cold and warm scan against a regex pass with rg (or grep) on the same tree.
+"""Benchmark: what a user waits for — ``liftgate scan`` as they run it — against a regex pass with
+rg (or grep) on the same trees, with the peak memory of the largest process.
 
-Usage: python bench/scan_bench.py [SPEC ...] [--target sm_120] [--jobs N] [--repeat K]
+Usage:
+    python bench/scan_bench.py [SPEC ...] [--target sm_120] [--jobs N] [--repeat K] [--sdist]
+    python bench/scan_bench.py [SPEC ...] --scaling 1,2,4,8,16      # cold judged scan per job count
 
-Default specs are flashinfer-python==0.7.2.post1 (~10k files, 427 MB unpacked) and sglang==0.5.23;
-``--sdist`` scans source distributions instead (e.g. ``vllm==0.33.0 --sdist``: its csrc/ with the
-host-side capability dispatch).
-Downloads and unpacked trees are cached (liftgate's user cache), so only the first run pays for
-the network. "cold" = liftgate with its scan cache disabled (every file read, indexed and parsed);
-"warm" = a second scan with the cache filled. The regex pass lists the files that have a
-preprocessor conditional on __CUDA_ARCH or a Python/CMake capability test (what a person would
-grep for); it finds candidate lines, liftgate evaluates them for every target, follows includes,
-derived macros and Python values across modules. "judge" = a warm scan that also judges every gate
-excluding the target (what ``liftgate scan`` does by default): its extra time is the judge's cost.
+Default specs are flashinfer-python==0.7.2.post1 (~10k files, 427 MB unpacked) and sglang==0.5.23,
+scanned together (one command, as a user scans an environment). Each timing runs the command line
+in a fresh process:
+
+* ``judged cold``: ``liftgate scan SPECS -t TARGET --no-cache`` (the default scan: detection and
+  the judge; every file read, indexed and parsed, every gate judged);
+* ``no-judge cold``: the same with ``--no-judge`` (the inventory only);
+* ``judged warm``: ``liftgate scan SPECS -t TARGET`` a second time, the scan cache filled by a
+  first run (detections and verdicts are cached; nothing changed, so nothing is re-read or judged);
+* ``regex``: ``rg -l`` (or ``grep -rlE``) of what a person would grep for, over the unpacked trees:
+  it lists candidate files; liftgate evaluates every gate for every target, follows includes,
+  derived macros and Python values across modules, and judges the gated code.
+
+Downloads and unpacked trees are cached (liftgate's user cache) and fetched before any timing.
+The peak memory is the largest resident set of any process of the run (the main process, a pool
+worker, the Python detector's process: ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a fresh
+parent), not their sum. Medians of ``--repeat`` runs. ``--scaling`` times the cold judged scan at
+each job count (``-j N``) and prints each speed-up over the first.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 
-from liftgate.judge.verdict import judge_scan
-from liftgate.scan import scan
 from liftgate.sources import resolve_sources
 
 DEFAULT_SPECS = ["flashinfer-python==0.7.2.post1", "sglang==0.5.23"]
@@ -39,16 +49,31 @@ PY_GATE_REGEX = (
 # ... and in C++ host code: the runtime's capability queries and the usual helpers around them.
 CPP_GATE_REGEX = r"ComputeCapabilityMajor|COMPUTE_CAPABILITY_MAJOR|cudaGetDeviceProperties|getCurrentDeviceProperties|getSMVersion|get_sm_version"
 
+# Runs a command line and prints its wall time and the largest resident set of its processes (KiB).
+_MEASURE = (
+    "import resource, subprocess, sys, time\n"
+    "t = time.perf_counter()\n"
+    "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
+    "print(rc, time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+)
 
-def _root_of(spec: str, sdist: bool) -> tuple[str, int]:
-    packages, _ = resolve_sources([spec], sdist=sdist)
-    paths = [f.fspath for p in packages for f in p.files]
-    root = os.path.commonpath(paths)
-    return (root if os.path.isdir(root) else os.path.dirname(root)), len(paths)
+
+def _roots(specs: list[str], sdist: bool) -> tuple[list[str], int]:
+    """The unpacked trees of ``specs`` (fetched and unpacked now, outside the timings) and their file count."""
+    packages, _ = resolve_sources(specs, sdist=sdist)
+    roots: list[str] = []
+    count = 0
+    for p in packages:
+        paths = [f.fspath for f in p.files]
+        count += len(paths)
+        root = os.path.commonpath(paths)
+        roots.append(root if os.path.isdir(root) else os.path.dirname(root))
+    return roots, count
 
 
-def _regex_pass(root: str) -> tuple[str, float, int]:
+def _regex_pass(roots: list[str]) -> tuple[str, float, int]:
     if shutil.which("rg"):
+        tool = "rg"
         cmd = [
             "rg",
             "-l",
@@ -60,32 +85,40 @@ def _regex_pass(root: str) -> tuple[str, float, int]:
             PY_GATE_REGEX,
             "-e",
             CPP_GATE_REGEX,
-            root,
         ]
-        tool = "rg"
     else:
-        cmd = ["grep", "-rlE", "-e", GATE_REGEX, "-e", PY_GATE_REGEX, "-e", CPP_GATE_REGEX, root]
         tool = "grep -rlE"
+        cmd = ["grep", "-rlE", "-e", GATE_REGEX, "-e", PY_GATE_REGEX, "-e", CPP_GATE_REGEX]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    return tool, elapsed, len(proc.stdout.splitlines())
+    proc = subprocess.run([*cmd, *roots], capture_output=True, text=True)
+    return tool, time.perf_counter() - started, len(proc.stdout.splitlines())
 
 
-def _timed_scan(
-    spec: str,
-    target: str,
-    jobs: int | None,
-    use_cache: bool,
-    cache_dir: str | None,
-    sdist: bool,
-    judge: bool = False,
-) -> tuple[float, int]:
-    started = time.perf_counter()
-    report = scan([spec], [target], jobs=jobs, use_cache=use_cache, cache_dir=cache_dir, sdist=sdist)
-    if judge:
-        report = judge_scan(report)
-    return time.perf_counter() - started, len(report.verdicts) if judge else len(report.gates)
+def _measure(args: list[str]) -> tuple[float, float]:
+    """Wall seconds and the peak RSS (MB) of the largest process of ``liftgate ARGS``."""
+    cmd = [sys.executable, "-c", _MEASURE, sys.executable, "-m", "liftgate", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+    rc, wall, rss_kib = int(out[0]), float(out[1]), int(out[2])
+    if rc not in (0, 1):  # 1: the scan found losses (--fail-on); anything else is a failed run
+        raise SystemExit(f"liftgate {' '.join(args)} exited {rc}")
+    return wall, rss_kib / 1024
+
+
+def _median(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(w for w, _ in runs), max(m for _, m in runs)
+
+
+def _machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}"
 
 
 def main() -> int:
@@ -94,49 +127,50 @@ def main() -> int:
     )
     parser.add_argument("specs", nargs="*", default=DEFAULT_SPECS)
     parser.add_argument("--target", default="sm_120")
-    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--jobs", type=int, default=None, help="-j for every run (default: liftgate's)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each timing; the median is reported")
     parser.add_argument("--sdist", action="store_true", help="scan the source distributions of the specs")
+    parser.add_argument(
+        "--scaling", metavar="N,N,…", help="only the cold judged scan, at each of these job counts"
+    )
     args = parser.parse_args()
 
-    rows = []
-    for spec in args.specs:
-        root, nfiles = _root_of(spec, args.sdist)  # downloads/unpacks once, outside the timings
-        regex_times = []
-        tool, matched = "", 0
-        for _ in range(args.repeat):
-            tool, elapsed, matched = _regex_pass(root)
-            regex_times.append(elapsed)
-        cold_times, warm_times = [], []
-        gates = 0
-        for _ in range(args.repeat):
-            elapsed, gates = _timed_scan(spec, args.target, args.jobs, False, None, args.sdist)
-            cold_times.append(elapsed)
-        _timed_scan(spec, args.target, args.jobs, True, None, args.sdist)  # fill the scan cache
-        for _ in range(args.repeat):
-            elapsed, _ = _timed_scan(spec, args.target, args.jobs, True, None, args.sdist)
-            warm_times.append(elapsed)
-        judge_times = []
-        verdicts = 0
-        for _ in range(args.repeat):
-            elapsed, verdicts = _timed_scan(spec, args.target, args.jobs, True, None, args.sdist, judge=True)
-            judge_times.append(elapsed)
-        rg, cold, warm, judged = (
-            statistics.median(t) for t in (regex_times, cold_times, warm_times, judge_times)
-        )
-        rows.append((spec, nfiles, tool, rg, matched, cold, warm, gates, judged, verdicts))
+    roots, nfiles = _roots(args.specs, args.sdist)  # downloads and unpacks once, outside the timings
+    base = [*args.specs, "--target", args.target, *(["--sdist"] if args.sdist else [])]
+    print(f"# {' + '.join(args.specs)} ({nfiles} files), target {args.target}")
+    print(f"# {time.strftime('%Y-%m-%d')}, {_machine()}")
+    if args.scaling:
+        jobs_list = [int(j) for j in args.scaling.split(",")]
+        first = None
+        print("| jobs | judged cold | speed-up | peak RSS |\n|---:|---:|---:|---:|")
+        for jobs in jobs_list:
+            wall, rss = _median(
+                [_measure([*base, "--no-cache", "-j", str(jobs)]) for _ in range(args.repeat)]
+            )
+            first = first or wall
+            print(f"| {jobs} | {wall:.1f} s | {first / wall:.2f}× | {rss:.0f} MB |", flush=True)
+        return 0
 
-    print(
-        f"{'source':34} {'files':>6} {'regex':>14} {'cold':>8} {'warm':>7} {'cold/regex':>10} {'warm/regex':>10}"
-        f" {'judge':>8} gates"
-    )
-    for spec, nfiles, tool, rg, matched, cold, warm, gates, judged, verdicts in rows:
-        print(
-            f"{spec:34} {nfiles:6d} {tool:>6} {rg:6.2f} s {cold:6.2f} s {warm:5.2f} s "
-            f"{cold / rg:9.1f}x {warm / rg:9.1f}x {judged:6.2f} s {gates} ({matched} files matched the regex; "
-            f"{verdicts} verdicts for {args.target})"
-        )
-    print(f"cpus: {os.cpu_count()}, jobs: {args.jobs or 'default'}, python {sys.version.split()[0]}")
+    jobs = ["-j", str(args.jobs)] if args.jobs else []
+    tool, regex, matched = "", 0.0, 0
+    regex_times = []
+    for _ in range(args.repeat):
+        tool, elapsed, matched = _regex_pass(roots)
+        regex_times.append(elapsed)
+    regex = statistics.median(regex_times)
+    cold = _median([_measure([*base, "--no-cache", *jobs]) for _ in range(args.repeat)])
+    inventory = _median([_measure([*base, "--no-cache", "--no-judge", *jobs]) for _ in range(args.repeat)])
+    _measure([*base, *jobs])  # fills the scan cache (detections and verdicts)
+    warm = _median([_measure([*base, *jobs]) for _ in range(args.repeat)])
+    print("| what | wall | peak RSS |\n|---|---:|---:|")
+    print(f"| `{tool}` over the unpacked trees ({matched} files matched) | {regex:.2f} s | |")
+    for label, (wall, rss) in (
+        ("`liftgate scan` judged, cold (`--no-cache`)", cold),
+        ("`liftgate scan --no-judge`, cold", inventory),
+        ("`liftgate scan` judged, warm", warm),
+    ):
+        print(f"| {label} | {wall:.1f} s | {rss:.0f} MB |")
+    print(f"# jobs: {args.jobs or 'default'}; medians of {args.repeat}; peak RSS: the largest process")
     return 0
 
 

@@ -213,4 +213,4 @@ _SM_NUMBER = re.compile(rb"sm_?(?:[7-9]\d|1[0-2]\d)(?![\d])")
 def runtime_prefilter(data: bytes) -> bool:
     """Might this Python file hold a runtime capability check? (False means: certainly not, by its own text.)"""
     low = data.lower()
-    return any(token in low for token in _PREFILTER_TOKENS) or _SM_NUMBER.search(low) is not None
+    return any(map(low.__contains__, _PREFILTER_TOKENS)) or _SM_NUMBER.search(low) is not None

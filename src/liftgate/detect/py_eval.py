@@ -116,7 +116,12 @@ class Evaluator(Scopes):
         self._steps += 1
         if self._steps > _STEP_BUDGET:
             return TOP  # a pathological function: give up on it rather than on the scan
-        method = getattr(self, f"_eval_{type(node).__name__}", None)
+        kind = type(node)
+        table = self._eval_table
+        if kind in table:
+            method = table[kind]
+        else:  # one getattr per node type, not per evaluation
+            method = table[kind] = getattr(self, f"_eval_{kind.__name__}", None)
         if method is None:
             return TOP
         if self._nesting >= MAX_EVAL_NESTING:

@@ -50,6 +50,7 @@ class Interpreter(Executor):
         self._function_order: dict[int, int] = {}
         self._parametric_done: dict[int, tuple[tuple[str, int], ...]] = {}
         self._self_lookups: dict[int, frozenset[str]] = {}  # by function node: the names read on its self
+        self._mentions_device: dict[int, bool] = {}  # by statement node: whether its text mentions the device
 
     def function_gate_walk(self, module: Module, sink: GateEmitter) -> None:
         """Walk the module's top level and classes, and each function that can hold a gate, reporting gates.
@@ -115,8 +116,10 @@ class Interpreter(Executor):
         return found
 
     def _worth_walking(self, module: Module, stmt: ast.AST) -> bool:
-        text = module.segment(stmt)
-        if runtime_prefilter(text.encode()):
+        mentions = self._mentions_device.get(id(stmt))
+        if mentions is None:  # its text does not change: read once per statement
+            mentions = self._mentions_device[id(stmt)] = runtime_prefilter(module.segment(stmt).encode())
+        if mentions:
             return True
         return not self._identifiers(module, stmt).isdisjoint(self.arch_names)
 

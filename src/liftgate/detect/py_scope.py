@@ -118,6 +118,7 @@ class Scopes:
             tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame, tuple[str, ...], ClassRef | None]
         ] = []
         self._identifier_cache: dict[int, frozenset[str]] = {}
+        self._eval_table: dict[type, Any] = {}  # node type -> its bound _eval_<Type> method (or None)
         # Parameters that callers fill with a device-dependent value: function node id → parameter →
         # (value, the call site) — at most 8 sites a parameter (`Evaluator._record_call_site`).
         self.call_sites: dict[int, dict[str, list[tuple[AV, Evidence]]]] = {}
