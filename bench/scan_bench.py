@@ -133,10 +133,13 @@ def main() -> int:
     parser.add_argument(
         "--scaling", metavar="N,N,…", help="only the cold judged scan, at each of these job counts"
     )
+    parser.add_argument(
+        "--json-dir", metavar="DIR", help="with --scaling: keep each run's JSON report as DIR/jN.json"
+    )
     args = parser.parse_args()
 
     roots, nfiles = _roots(args.specs, args.sdist)  # downloads and unpacks once, outside the timings
-    base = [*args.specs, "--target", args.target, *(["--sdist"] if args.sdist else [])]
+    base = ["scan", *args.specs, "--target", args.target, *(["--sdist"] if args.sdist else [])]
     print(f"# {' + '.join(args.specs)} ({nfiles} files), target {args.target}")
     print(f"# {time.strftime('%Y-%m-%d')}, {_machine()}")
     if args.scaling:
@@ -144,8 +147,13 @@ def main() -> int:
         first = None
         print("| jobs | judged cold | speed-up | peak RSS |\n|---:|---:|---:|---:|")
         for jobs in jobs_list:
+            report = (
+                ["--format", "json", "-o", os.path.join(args.json_dir, f"j{jobs}.json")]
+                if args.json_dir
+                else []
+            )
             wall, rss = _median(
-                [_measure([*base, "--no-cache", "-j", str(jobs)]) for _ in range(args.repeat)]
+                [_measure([*base, "--no-cache", "-j", str(jobs), *report]) for _ in range(args.repeat)]
             )
             first = first or wall
             print(f"| {jobs} | {wall:.1f} s | {first / wall:.2f}× | {rss:.0f} MB |", flush=True)
