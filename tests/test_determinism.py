@@ -1,7 +1,8 @@
 """The same inputs give the same report whatever ``-j`` is (issue 21): fixture trees with include
 cycles, build flags, Python indirection and shipped-kernel-free packages are scanned with 1, 2 and 4
-workers, files (and the judge's gates) cut into chunks of one so that every worker sees a different
-order, and the JSON reports with their verdicts (timings aside) are byte-identical."""
+workers, files cut into chunks of one so that every worker sees a different order (the judge's
+runs of gates have a fixed size, small here), and the JSON reports with their verdicts (timings
+aside) are byte-identical."""
 
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ def test_the_report_is_the_same_whatever_the_job_count(
     trees = [str(t) for t in TREES] + [str(cycle)]
     monkeypatch.setattr(cfamily, "_chunks", _one_file_chunks)
     monkeypatch.setattr(cfamily, "_POOL_THRESHOLD", 1)  # the worker pool even for a few files
-    # The judge too: every gate judged in a chunk of its own, in whichever worker is free.
-    monkeypatch.setattr(verdict, "chunks", _one_file_chunks)
+    # The judge too: runs of two gates (whatever -j is), each in whichever worker is free.
+    monkeypatch.setattr(verdict, "JUDGE_RUN", 2)
     monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
     one = _report(trees, 1)
     assert '"gates": []' not in one
@@ -90,3 +91,36 @@ def test_a_judging_worker_that_dies_costs_no_verdict(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
     monkeypatch.setattr(verdict, "_judge_chunk", _die)
     assert judge_scan(report, jobs=2).verdicts == serial
+
+
+# Fifteen device functions, each calling the next; the last uses tcgen05. Gate A reaches it 15
+# calls deep (past the judge's depth limit of 12), gate B 10 calls deep. An analyser shared by
+# both remembers f5 as A reached it (cut at depth 12) and gives B that cut answer.
+_CALL_CHAIN = (
+    '__device__ void f14(unsigned a) { asm volatile("tcgen05.ld.sync.aligned.32x32b.x1.b32 {%0}, [%0];" :: "r"(a)); }\n'
+    + "".join(f"__device__ void f{k}(unsigned a) {{ f{k + 1}(a); }}\n" for k in range(13, -1, -1))
+    + "#if __CUDA_ARCH__ == 1000\n__global__ void a(unsigned x) { f0(x); }\n#endif\n"
+    + "#if __CUDA_ARCH__ == 1000\n__global__ void b(unsigned x) { f5(x); }\n#endif\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit: gates judged in one run share a region analyser, whose facts for a function "
+    "depend on the depth it was first reached at; runs have a fixed size, so -j changes nothing",
+)
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_verdict_does_not_depend_on_the_gates_judged_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
+) -> None:
+    (tmp_path / "chain.cu").write_text(_CALL_CHAIN)
+    report = scan([str(tmp_path)], ["sm_120"], cuda_version=(13, 0), jobs=1, use_cache=False)
+    first, second = sorted(
+        (g for g in report.gates if g.kind.value == "cuda-pp"), key=lambda g: g.location.line
+    )
+    monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
+    together = {v.gate_id: v for v in judge_scan(report, jobs=jobs).verdicts}
+    alone = judge_scan(report, only=lambda g: g.id == second.id, jobs=jobs).verdicts
+    assert [v.kind.value for v in alone] == ["blocked"]  # tcgen05, 10 calls deep
+    assert together[second.id] == alone[0]
+    assert together[first.id].kind.value != "blocked"  # 15 calls deep: not followed that far

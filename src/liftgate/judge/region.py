@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import copy
 import itertools
 import re
 from collections.abc import Callable, Iterable
@@ -476,7 +477,18 @@ class RegionAnalyzer:
             if gate.kind is GateKind.CUDA_PP:
                 self._gates.setdefault(gate.location.path, []).append(gate)
         self._feature_names = _feature_identifiers()
-        self._by_macro: dict[str, list[Gate]] | None = None
+        self._by_macro: dict[str, list[Gate]] = {}
+        self._by_macro_built: list[bool] = []  # shared with fresh() twins, like _by_macro
+
+    def fresh(self) -> RegionAnalyzer:
+        """An analyser of the same files, gates and target with nothing analysed yet: what it reads
+        and indexes (pure functions of the files and gates) is shared, the regions analysed are
+        not. A region's facts depend on the calls that led to it (the depth cut, a cycle's entry),
+        so the judge analyses each run of gates with a fresh one: a verdict then depends on its
+        run only, never on which runs a process judged before (`liftgate.judge.verdict`)."""
+        twin = copy.copy(self)
+        twin._done = {}
+        return twin
 
     def file(self, path: str) -> _FileInfo | None:
         return self.store.file(path)
@@ -497,12 +509,12 @@ class RegionAnalyzer:
         Returns (macro, gate, first, last) for the branch the macro being defined selects: the
         then-region of ``#if defined(M)``/``#ifdef M``, the else-region of ``#ifndef M``/``!defined(M)``.
         """
-        if self._by_macro is None:
-            self._by_macro = {}
+        if not self._by_macro_built:  # filled in place: every fresh() twin shares it
             for gates in self._gates.values():
                 for g in gates:
                     for ident in set(_IDENT.findall(g.condition)):
                         self._by_macro.setdefault(ident, []).append(g)
+            self._by_macro_built.append(True)
         out: list[tuple[str, Gate, int, int]] = []
         for name in names:
             negated = re.compile(r"!\s*defined\s*\(?\s*" + re.escape(name) + r"\b")

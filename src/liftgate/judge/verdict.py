@@ -59,7 +59,7 @@ from liftgate.model import (
     Verdict,
     VerdictKind,
 )
-from liftgate.scan.pool import POOL_THRESHOLD, chunks, default_jobs
+from liftgate.scan.pool import POOL_THRESHOLD, default_jobs
 from liftgate.sources.interface import NullObserver, Observer
 from liftgate.sources.workspace import Workspace
 
@@ -91,13 +91,20 @@ class _Generator:
 class PackageContext:
     """What verdicts of one package share: its paths, its analyser, its JIT module generators."""
 
+    def fresh(self) -> PackageContext:
+        """The same context with a fresh region analyser (`RegionAnalyzer.fresh`); the caches of
+        pure reads (Python functions, definitions) stay shared."""
+        return replace(self, analyzer=self.analyzer.fresh())
+
     paths: list[str]
     analyzer: RegionAnalyzer
     read: Callable[[str], str | None]
     generators: dict[str, list[_Generator]] = field(default_factory=dict)
     _python: dict[str, PyFunctions] = field(default_factory=dict)
 
-    _py_index: dict[str, list[str]] | None = None
+    # Filled in place (not rebound), so that every fresh() copy shares them.
+    _py_index: dict[str, list[str]] = field(default_factory=dict)
+    _py_indexed: list[bool] = field(default_factory=list)
     _py_defs: dict[str, list[tuple[PyFunctions, int, int]]] = field(default_factory=dict)
 
     def python(self, path: str) -> PyFunctions:
@@ -110,9 +117,9 @@ class PackageContext:
         """Functions called ``name`` anywhere in the package's Python (at most 4 files)."""
         if name in self._py_defs:
             return self._py_defs[name]
-        if self._py_index is None:
+        if not self._py_indexed:
             # One pass over the package's Python: which files define which names.
-            self._py_index = {}
+            self._py_indexed.append(True)
             for path in self.paths:
                 if path.endswith(".py"):
                     text = self.read(path)
@@ -605,14 +612,16 @@ def judge_report(
     judged: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = dict(cached)
     jobs = jobs or default_jobs()
     fresh = _judge_in_pool(plan, workspace, jobs, observer) if jobs > 1 and total >= POOL_THRESHOLD else None
-    if fresh is None:  # one job, little work, or a worker died: judged here
+    if fresh is None:  # one job, little work, or a worker died: judged here, run by run as a pool would
         fresh = {}
         for (name, version), pkg_gates, work in plan:
             paths = sorted(workspace.files(name, version))
             store = FileStore(paths, functools.partial(workspace.read, name, version))
             for target, todo in work:
                 ctx = _build_context(store, paths, pkg_gates, target)
-                fresh[((name, version), target)] = _judge_all(todo, target, ctx, observer)
+                fresh[((name, version), target)] = [
+                    v for run in _runs(todo) for v in _judge_all(run, target, ctx.fresh(), observer)
+                ]
     for pair, found_here in fresh.items():
         judged[pair] = found_here
         if cache is not None and pair in keys:
@@ -621,6 +630,17 @@ def judge_report(
     return [
         v for key in workspace.package_keys() for target in targets for v in judged.get((key, target), ())
     ]
+
+
+# Gates judged together, with one region analyser: the unit of work of the judge, in one process or
+# many. A fixed size, so that the runs (and so the verdicts) do not depend on the job count.
+JUDGE_RUN = 48
+
+
+def _runs(todo: Sequence[Gate]) -> list[Sequence[Gate]]:
+    """``todo`` cut into runs of JUDGE_RUN neighbouring gates (path order: a run's gates mostly
+    read the same files)."""
+    return [todo[i : i + JUDGE_RUN] for i in range(0, len(todo), JUDGE_RUN)]
 
 
 def _judge_all(todo: Sequence[Gate], target: Arch, ctx: PackageContext, observer: Observer) -> list[Verdict]:
@@ -665,7 +685,7 @@ def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict
             store = _WORKER_STORES[key] = FileStore(paths, functools.partial(workspace.read, *key))
         ctx = _WORKER_CONTEXTS[(key, target)] = _build_context(store, paths, gates[key], target)
     by_id = {g.id: g for g in gates[key]}
-    return _judge_all([by_id[i] for i in ids], target, ctx, NullObserver())
+    return _judge_all([by_id[i] for i in ids], target, ctx.fresh(), NullObserver())
 
 
 def _judge_in_pool(
@@ -674,11 +694,11 @@ def _judge_in_pool(
     jobs: int,
     observer: Observer,
 ) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
-    """`judge_report`'s work in ``jobs`` processes: each (package, target)'s gates cut into runs of
-    neighbouring gates (in path order, so a chunk's gates mostly read the same files), judged in
-    whichever worker is free, and put back in order. A verdict depends only on its gate, the
-    package and the target, so the result is the serial one whatever ``jobs`` is. None when a
-    worker died."""
+    """`judge_report`'s work in ``jobs`` processes: each (package, target)'s runs of gates
+    (`_runs`) judged in whichever worker is free, each with a fresh region analyser (a worker
+    keeps only what is pure: the files it lexed, the package's indexes), and put back in order.
+    A verdict depends only on its run, so the result is the one-process one whatever ``jobs`` is.
+    None when a worker died."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
@@ -692,7 +712,7 @@ def _judge_in_pool(
             (key, target, len(chunk), pool.submit(_judge_chunk, key, target, [g.id for g in chunk]))
             for key, _, work in plan
             for target, todo in work
-            for chunk in chunks(todo, jobs * 4, 4)
+            for chunk in _runs(todo)
         ]
         for key, target, size, future in submitted:
             out.setdefault((key, target), []).extend(future.result())
