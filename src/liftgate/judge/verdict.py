@@ -664,6 +664,7 @@ _PackageKey = tuple[str, str | None]
 _WORKER_STATE: tuple[Workspace, dict[_PackageKey, list[Gate]]] | None = None
 _WORKER_CONTEXTS: dict[tuple[_PackageKey, Arch], PackageContext] = {}
 _WORKER_STORES: dict[_PackageKey, FileStore] = {}
+_WORKER_BY_ID: dict[_PackageKey, dict[str, Gate]] = {}
 
 
 def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]]) -> None:
@@ -671,6 +672,7 @@ def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]
     _WORKER_STATE = (workspace, gates)
     _WORKER_CONTEXTS.clear()
     _WORKER_STORES.clear()
+    _WORKER_BY_ID.clear()
 
 
 def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict]:
@@ -684,7 +686,9 @@ def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict
         if store is None:
             store = _WORKER_STORES[key] = FileStore(paths, functools.partial(workspace.read, *key))
         ctx = _WORKER_CONTEXTS[(key, target)] = _build_context(store, paths, gates[key], target)
-    by_id = {g.id: g for g in gates[key]}
+    by_id = _WORKER_BY_ID.get(key)
+    if by_id is None:  # once per package in this worker, not once per run
+        by_id = _WORKER_BY_ID[key] = {g.id: g for g in gates[key]}
     return _judge_all([by_id[i] for i in ids], target, ctx.fresh(), NullObserver())
 
 
