@@ -283,3 +283,18 @@ def test_newest_gpus_shut_out_are_losses_and_nested_gates_count_once(
     args = ["scan", str(tmp_path / "rel"), "--no-cache", "--no-judge", "-q", "-t", "sm_80"]
     assert main([*args, "--fail-on", "excluded"]) == 1
     assert "--fail-on excluded: 2 gates match" in capsys.readouterr().err  # the view lists one
+
+
+def test_the_outcomes_of_a_report_are_read_once_for_every_view() -> None:
+    """The summary line, the selection and the table each read every gate's outcome: one `Outcomes`
+    per report (by the identity of its gates and verdicts), a new one for another report."""
+    from dataclasses import replace
+
+    report = scan([str(FIXTURE)], [parse_target(t) for t in TARGETS], use_cache=False)
+    shared = Outcomes.of_report(report)
+    assert Outcomes.of_report(report) is shared
+    fewer = replace(report, gates=report.gates[1:])
+    other = Outcomes.of_report(fewer)
+    assert other is not shared
+    first = report.gates[0]
+    assert other.of(first, parse_target("sm_120")) == shared.of(first, parse_target("sm_120"))

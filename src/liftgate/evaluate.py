@@ -8,7 +8,18 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from liftgate.arch.core import Arch, ArchSet
-from liftgate.model import ElseKind, Finding, Gate, GateKind, Outcome, Reading, Status, Verdict, VerdictKind
+from liftgate.model import (
+    ElseKind,
+    Finding,
+    Gate,
+    GateKind,
+    Outcome,
+    Reading,
+    Report,
+    Status,
+    Verdict,
+    VerdictKind,
+)
 
 
 def evaluate(gate: Gate, target: Arch) -> Finding:
@@ -56,6 +67,10 @@ def _newest(archs: ArchSet) -> tuple[int, int] | None:
     return max((a.cc for a in archs), default=None)
 
 
+# (gates, verdicts, outcomes) of the last report `Outcomes.of_report` was asked for.
+_LAST_REPORT: list[tuple[tuple[Gate, ...], tuple[Verdict, ...], Outcomes]] = []
+
+
 class Outcomes:
     """Each gate's outcome per target, read from the gates' facts (never from evidence text).
 
@@ -92,6 +107,20 @@ class Outcomes:
             key: sorted(group, key=lambda g: (g.location.span.start, g.id)) for key, group in branches.items()
         }
         self._memo: dict[tuple[str, Arch], Reading] = {}
+
+    @classmethod
+    def of_report(cls, report: Report) -> Outcomes:
+        """The outcomes of ``report``'s gates, shared by everything that renders the same report (the
+        summary line, the selection and the table or JSON each read every gate's outcome; reading
+        them once matters on a warm scan of thousands of gates). Keyed by the identity of the
+        report's gate and verdict tuples, which a report never changes (it is frozen); the last one
+        only is kept."""
+        for gates, verdicts, outcomes in _LAST_REPORT:
+            if gates is report.gates and verdicts is report.verdicts:
+                return outcomes
+        outcomes = cls(report.gates, report.verdicts)
+        _LAST_REPORT[:] = [(report.gates, report.verdicts, outcomes)]
+        return outcomes
 
     def _siblings(self, gate: Gate) -> list[Gate]:
         if gate.dispatch is None:

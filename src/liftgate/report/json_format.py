@@ -85,7 +85,7 @@ def gate_to_dict(
 ) -> dict[str, Any]:
     """One gate as the schema's ``gate`` object, with its status, outcome (and verdict) for each
     distinct target. Pass ``outcomes`` when rendering many gates of one report (it reads siblings)."""
-    outcomes = outcomes or Outcomes(report.gates, report.verdicts)
+    outcomes = outcomes or Outcomes.of_report(report)
     loc = gate.location
     found = (
         [verdicts[(gate.id, t.arch)] for t in distinct_targets(report) if (gate.id, t.arch) in verdicts]
@@ -267,7 +267,7 @@ def report_to_dict(report: Report, options: RenderOptions) -> dict[str, Any]:
     """The report as plain JSON-ready data, ordered deterministically (package, path, line)."""
     counts = target_counts(report)
     verdicts = report.verdict_index()
-    outcomes = Outcomes(report.gates, report.verdicts)
+    outcomes = Outcomes.of_report(report)
     losses = {c.target.arch.name: c for c in loss_counts(report, outcomes=outcomes)}
     summary_verdicts: dict[str, Any] = {}
     if report.verdicts:

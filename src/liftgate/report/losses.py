@@ -142,7 +142,7 @@ def feature_losses(
 ) -> list[FeatureLoss]:
     """Every target's losses (and unknown outcomes) in scope, grouped by package and feature:
     targets in the order given, then shut-outs first, then package, version and feature."""
-    outcomes = outcomes or Outcomes(report.gates, report.verdicts)
+    outcomes = outcomes or Outcomes.of_report(report)
     verdicts = report.verdict_index() if report.verdicts else {}
     gates = sorted((g for g in report.gates if options is None or in_scope(g, options)), key=gate_sort_key)
     found: list[FeatureLoss] = []
@@ -225,7 +225,7 @@ def loss_counts(
 ) -> list[LossCounts]:
     """Per distinct target: its losses and the features they are in, and how many of the gates in
     scope it skips for an alternative of its own (not losses)."""
-    outcomes = outcomes or Outcomes(report.gates, report.verdicts)
+    outcomes = outcomes or Outcomes.of_report(report)
     gates = [g for g in report.gates if options is None or in_scope(g, options)]
     counts = []
     for target in distinct_targets(report):
@@ -248,6 +248,6 @@ def loss_counts(
 
 def loss_gates(report: Report, targets: Iterable[Arch], outcomes: Outcomes | None = None) -> list[Gate]:
     """The gates that are a loss for at least one of ``targets`` (`--fail-on loss`, `lift --all-liftable`)."""
-    outcomes = outcomes or Outcomes(report.gates, report.verdicts)
+    outcomes = outcomes or Outcomes.of_report(report)
     archs = list(targets)
     return [g for g in report.gates if any(outcomes.of(g, a).loss for a in archs)]

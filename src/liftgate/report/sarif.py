@@ -452,7 +452,7 @@ def report_to_sarif(report: Report, options: RenderOptions) -> dict[str, Any]:
     rules = [*RULES, HAZARD_RULE, UNSAFE_RULE] if verdicts is not None else list(RULES)
     origins = _origins(report)
     results: list[dict[str, Any]] = []
-    outcomes = Outcomes(report.gates, report.verdicts)
+    outcomes = Outcomes.of_report(report)
     for gate in select_gates(report, options):
         for target in targets:
             status = gate.status(target.arch)

@@ -147,7 +147,7 @@ def select_gates(report: Report, options: RenderOptions) -> list[Gate]:
     traced = frozenset(g.gate_id for g in report.trace.gates) if report.trace else frozenset()
     wanted = options.verdicts
     verdicts = report.verdict_index() if wanted is not None else {}
-    outcomes = Outcomes(report.gates, report.verdicts) if options.show is Show.LOSSES else None
+    outcomes = Outcomes.of_report(report) if options.show is Show.LOSSES else None
     # An unsafe admission is listed with the exclusions, although it admits the target.
     unsafe = (
         {v.gate_id for v in report.verdicts if v.kind is VerdictKind.UNSAFE}

@@ -45,7 +45,6 @@ from liftgate.model import (
     Verdict,
     VerdictKind,
 )
-from liftgate.report.chains import chain_text
 from liftgate.report.interface import GroupBy, RenderOptions, Show, printable
 from liftgate.report.losses import HEADINGS, FeatureLoss, feature_losses, loss_counts
 from liftgate.report.select import (
@@ -65,6 +64,7 @@ from liftgate.report.select import (
 from liftgate.report.summary import nothing_selected, package_verdict_counts, scope_text
 
 DEFAULT_WIDTH = 120
+DEFAULT_HEIGHT = 25  # unused by what a table prints; given so that rich never asks the terminal
 FILE_INDENT = 2
 TABLE_INDENT = 4
 COLUMN_GAP = 1  # one space between columns (rich's collapsed padding)
@@ -551,6 +551,8 @@ def _print_skips(console: Console, report: Report, verbose: bool) -> None:
 
 def _chains_text(report: Report, options: RenderOptions, console: Console, out: io.StringIO) -> str:
     """``--by chain``: each chain, its verdict per target and the gates to lift together."""
+    from liftgate.report.chains import chain_text  # the chain stage's code: only --by chain needs it
+
     if not report.chains:
         console.print(
             Text(
@@ -597,19 +599,21 @@ def _verdict_style(feature: FeatureLoss) -> str:
 def _losses_text(report: Report, options: RenderOptions, console: Console) -> None:
     """The default view: per target, the code paths it loses, by outcome and feature, each feature
     with its verdicts and the command that lifts what is liftable (`liftgate.report.losses`)."""
-    outcomes = Outcomes(report.gates, report.verdicts)
+    outcomes = Outcomes.of_report(report)
+    # Thousands of lines: printed as one group (every line folds, as each print of its own did).
+    lines: list[RenderableType] = []
     features = feature_losses(report, options, outcomes)
     counts = {c.target.arch: c for c in loss_counts(report, options, outcomes)}
     for t_index, target in enumerate(distinct_targets(report)):
         if t_index:
-            console.print()
+            lines.append(Text())
         count = counts[target.arch]
-        console.print(Text(count.text() + f" — {scope_text(report)}", style="bold"))
+        lines.append(Text(count.text() + f" — {scope_text(report)}", style="bold"))
         mine = [f for f in features if f.target.arch == target.arch]
         for outcome, group in groupby(mine, key=lambda f: f.outcome):
             group_list = list(group)
             paths = sum(len(f.gates) for f in group_list)
-            console.print(
+            lines.append(
                 Padding.indent(
                     Text(
                         f"{HEADINGS[outcome]}: {plural(paths, 'path')} in {plural(len(group_list), 'feature')}",
@@ -624,43 +628,44 @@ def _losses_text(report: Report, options: RenderOptions, console: Console) -> No
                 package = (feature.package, feature.version)
                 if package != previous and len({(f.package, f.version) for f in mine}) > 1:
                     label = f"{feature.package} {feature.version}" if feature.version else feature.package
-                    console.print(Padding.indent(Text(label, style="bold"), TABLE_INDENT))
+                    lines.append(Padding.indent(Text(label, style="bold"), TABLE_INDENT))
                 previous = package
                 head = Text(f"{len(feature.gates):,}".rjust(width) + "  ")
                 head.append(feature.label, style="cyan")
-                console.print(Padding.indent(head, TABLE_INDENT), overflow="fold")
+                lines.append(Padding.indent(head, TABLE_INDENT))
                 verdict = feature.verdict_text() or ("not judged" if not report.verdicts else "")
                 command = feature.command()
                 detail = Text(verdict, style=_verdict_style(feature))
                 if command:
                     detail.append((": " if verdict else "") + command)
                 if detail.plain:
-                    console.print(Padding.indent(detail, TABLE_INDENT + width + 2), overflow="fold")
+                    lines.append(Padding.indent(detail, TABLE_INDENT + width + 2))
                 for gate in feature.gates:
                     if gate.coverage is not None and gate.coverage.units:
                         text = Text(coverage_text(gate.coverage, target.arch), style="dim")
-                        console.print(Padding.indent(text, TABLE_INDENT + width + 2), overflow="fold")
+                        lines.append(Padding.indent(text, TABLE_INDENT + width + 2))
                         if options.verbose:  # every unit with no image, and all its kernels
                             for unit in gate.coverage.missing(target.arch):
                                 names = ", ".join(unit.kernels) or unit.unread or "no kernel"
                                 row = Text(
                                     f"no image in the unit of {', '.join(unit.images)}: {names}", style="dim"
                                 )
-                                console.print(Padding.indent(row, TABLE_INDENT + width + 4), overflow="fold")
+                                lines.append(Padding.indent(row, TABLE_INDENT + width + 4))
                 if options.verbose:
                     for gate, reading in zip(feature.gates, feature.readings, strict=True):
                         row = Text(f"{gate.location.line}: {condition_text(gate)} — ", style="dim")
                         row.append(reading.outcome.value, style=OUTCOME_STYLE.get(reading.outcome, ""))
                         row.append(f" ({reading.text}) {gate.id}", style="dim")
-                        console.print(Padding.indent(row, TABLE_INDENT + width + 4), overflow="fold")
+                        lines.append(Padding.indent(row, TABLE_INDENT + width + 4))
         if count.alternatives:
-            console.print(
+            lines.append(
                 Text(
                     f"  not losses: {plural(count.alternatives, 'gate')} where {target.arch.name} takes its own "
                     "or a newer path (--show excluded lists every gate that leaves it out)",
                     style="dim",
                 )
             )
+    console.print(Group(*lines), overflow="fold")
 
 
 class TableFormatter:
@@ -677,6 +682,8 @@ class TableFormatter:
             force_terminal=options.color,
             no_color=not options.color,
             width=options.width or DEFAULT_WIDTH,
+            # Not a terminal's: without a height, rich asks the terminal for its size on every print.
+            height=DEFAULT_HEIGHT,
             highlight=False,
             markup=False,
             emoji=False,
