@@ -226,3 +226,51 @@ def test_a_run_ahead_process_that_dies_costs_nothing(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(run, "_detect_ahead", _dies)
     assert _gate_rows(RUN_AHEAD_TREES, 2) == in_order
     assert calls["result"] == 1
+
+
+def test_a_warm_scan_reads_each_stats_file_once_and_each_result_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner, the run-ahead check and the judge all ask for the same packages' stats: read from
+    disk once per process. The run-ahead check asks whether a result is stored, without loading
+    it; the runner then loads it once."""
+    cache_module = importlib.import_module("liftgate.scan.cache")
+    from liftgate.judge.verdict import judge_scan
+
+    monkeypatch.setattr(importlib.import_module("liftgate.scan.run"), "RUN_AHEAD_THRESHOLD", 1)
+    trees = [str(t) for t in RUN_AHEAD_TREES]
+    cold = judge_scan(scan(trees, ["sm_120"], cache_dir=str(tmp_path), jobs=2), jobs=1)
+    cache_module._STATS_MEMO.clear()  # as in a new process
+    loads: list[str] = []
+    real = cache_module.ScanCache._load
+
+    def counted(self: object, name: str) -> object:
+        loads.append(name)
+        return real(self, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache_module.ScanCache, "_load", counted)
+    warm = judge_scan(scan(trees, ["sm_120"], cache_dir=str(tmp_path), jobs=2), jobs=1)
+    assert warm.gates == cold.gates
+    assert warm.verdicts == cold.verdicts
+    stats = [name for name in loads if name.startswith("stats/")]
+    results = [name for name in loads if name.startswith("result/")]
+    assert stats and len(stats) == len(set(stats))
+    assert results and len(results) == len(set(results))
+
+
+def test_every_gate_comes_back_from_the_cache_as_it_was_stored() -> None:
+    """The result codec (`gate_to_row`, `gate_from_row`): every field of every kind of gate of the
+    fixtures, switches, dispatches, macros and build flags included, survives the round trip."""
+    from liftgate.scan.cache import gate_from_row, gate_to_row
+
+    fixtures = Path(__file__).parent / "fixtures"
+    trees = sorted(p for p in fixtures.glob("*/*") if p.is_dir())
+    report = scan([str(t) for t in trees], ["sm_120", "sm_90"], cuda_version=(13, 0), use_cache=False)
+    kinds = {g.kind for g in report.gates}
+    assert {GateKind.CUDA_PP, GateKind.PY_RUNTIME, GateKind.PY_BUILD, GateKind.CMAKE} <= kinds
+    assert any(g.switches for g in report.gates) and any(g.dispatch is not None for g in report.gates)
+    assert any(g.macros for g in report.gates) and any(g.passes for g in report.gates)
+    for gate in report.gates:
+        row = gate_to_row(gate)
+        assert gate_from_row(row) == gate
+        assert gate_to_row(gate_from_row(row)) == row

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from liftgate._version import __version__
 from liftgate.arch.core import ArchSet
@@ -79,6 +79,12 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
+# A stats file's path -> its entries, as this process last loaded or stored them. An entry is used
+# only where `stat_hit` finds the file unchanged, so entries from earlier in the process can cost a
+# re-read, never a wrong digest.
+_STATS_MEMO: dict[Path, dict[str, StatEntry]] = {}
+
+
 class ScanCache:
     """Marshalled (plain-data) stat, index and result caches under ``<cache_dir>/scan-v4``.
 
@@ -116,12 +122,26 @@ class ScanCache:
             pass  # a cache that cannot be written is only a slower next run
 
     def load_stats(self, key: str) -> dict[str, StatEntry]:
-        """path -> `StatEntry`; use an entry only where `liftgate.sources.workspace.stat_hit` says it is fresh."""
-        value = self._load(f"stats/{key}-{code_fingerprint()[:16]}.bin")
-        return value if isinstance(value, dict) else {}
+        """path -> `StatEntry`; use an entry only where `liftgate.sources.workspace.stat_hit` says it is fresh.
+
+        Read from disk once per process (`_STATS_MEMO`): the runner, the run-ahead check and the
+        judge each ask for the same packages' stats."""
+        if self.root is None:
+            return {}
+        name = f"stats/{key}-{code_fingerprint()[:16]}.bin"
+        found = _STATS_MEMO.get(self.root / name)
+        if found is None:
+            value = self._load(name)
+            found = value if isinstance(value, dict) else {}
+            _STATS_MEMO[self.root / name] = found
+        return found
 
     def store_stats(self, key: str, value: dict[str, StatEntry]) -> None:
-        self._store(f"stats/{key}-{code_fingerprint()[:16]}.bin", value)
+        if self.root is None:
+            return
+        name = f"stats/{key}-{code_fingerprint()[:16]}.bin"
+        _STATS_MEMO[self.root / name] = value
+        self._store(name, value)
 
     def load_details(self, key: str) -> dict[str, tuple[object, ...]]:
         """digest -> a file's quick index, as a plain row (`liftgate.detect.cfamily`)."""
@@ -138,6 +158,10 @@ class ScanCache:
 
     def store_verdicts(self, key: str, rows: list[tuple[object, ...]]) -> None:
         self._store(f"verdicts/{key}.bin", rows)
+
+    def has_result(self, key: str) -> bool:
+        """Whether a result is stored under ``key`` (not whether it loads: `load_result` says that)."""
+        return self.root is not None and (self.root / f"result/{key}.bin").is_file()
 
     def load_result(self, key: str) -> tuple[list[Gate], list[Skip], list[TorchOp]] | None:
         value = self._load(f"result/{key}.bin")
@@ -274,13 +298,15 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
         _span_row(g.else_span),
         g.else_kind.value,
         g.confidence.value,
-        tuple((e.text, e.path, e.line, e.outcome) for e in g.evidence),
+        tuple([(e.text, e.path, e.line, e.outcome) for e in g.evidence]) if g.evidence else (),
         g.depends_on,
         g.directive,
         g.enclosing,
-        tuple((b.what, b.name, b.sources, b.computed, b.path, b.line) for b in g.builds),
-        tuple((m.macro, m.path, m.line, m.condition, m.build_gate) for m in g.macros),
-        tuple((p.macro, p.value, p.path, p.line) for p in g.passes),
+        tuple([(b.what, b.name, b.sources, b.computed, b.path, b.line) for b in g.builds])
+        if g.builds
+        else (),
+        tuple([(m.macro, m.path, m.line, m.condition, m.build_gate) for m in g.macros]) if g.macros else (),
+        tuple([(p.macro, p.value, p.path, p.line) for p in g.passes]) if g.passes else (),
         g.build_macros,
         None
         if coverage is None
@@ -292,41 +318,46 @@ def gate_to_row(g: Gate) -> tuple[object, ...]:
             coverage.partial.mask,
             tuple((u.images, u.native.mask, u.ptx_jit.mask, u.kernels, u.unread) for u in coverage.units),
         ),
-        tuple((w.name, w.kind.value, w.setting, w.admitted.mask, w.unknown.mask) for w in g.switches),
+        tuple([(w.name, w.kind.value, w.setting, w.admitted.mask, w.unknown.mask) for w in g.switches])
+        if g.switches
+        else (),
         g.decided_at,
         None if g.reach is None else g.reach.mask,
-        tuple((c.implementation, c.path, c.line, c.admitted.mask, c.unknown.mask) for c in g.choices),
+        tuple([(c.implementation, c.path, c.line, c.admitted.mask, c.unknown.mask) for c in g.choices])
+        if g.choices
+        else (),
         g.dispatch,
     )
 
 
-def gate_from_row(row: tuple[object, ...]) -> Gate:
+def gate_from_row(row: tuple[Any, ...]) -> Gate:
+    # Hot on a warm scan (every cached gate passes here): no runtime `cast`s (each built its generic
+    # alias anew) and no generator for the empty tuples most gates have.
     (gid, kind, loc, condition, admitted, unknown, host, then_span, else_span, else_kind, confidence, evidence,
-     depends_on, directive, enclosing, builds, macros, passes, build_macros, coverage, switches,
+     depends_on, directive, enclosing, builds, macros, passes, build_macros, cov, switches,
      decided_at, reach, choices, dispatch) = row  # fmt: skip
-    package, version, path, start, end = cast(tuple[str, str | None, str, int, int], loc)
-    cov = cast(tuple[int, int, int, int, int, tuple[tuple[Any, ...], ...]] | None, coverage)
+    package, version, path, start, end = loc
     return Gate(
-        id=gid,  # type: ignore[arg-type]
-        kind=_GATE_KINDS[kind],  # type: ignore[index]
-        location=Location(package, version, path, Span(start, end)),
-        condition=condition,  # type: ignore[arg-type]
-        admitted=ArchSet.from_mask(admitted),  # type: ignore[arg-type]
-        unknown=ArchSet.from_mask(unknown),  # type: ignore[arg-type]
-        host=None if host is None else _TRUTHS[host],  # type: ignore[index]
-        then_span=_span_from(then_span),  # type: ignore[arg-type]
-        else_span=_span_from(else_span),  # type: ignore[arg-type]
-        else_kind=_ELSE_KINDS[else_kind],  # type: ignore[index]
-        confidence=_CONFIDENCES[confidence],  # type: ignore[index]
-        evidence=tuple(Evidence(*e) for e in evidence),  # type: ignore[attr-defined]
-        depends_on=depends_on,  # type: ignore[arg-type]
-        directive=directive,  # type: ignore[arg-type]
-        enclosing=enclosing,  # type: ignore[arg-type]
-        builds=tuple(BuildTarget(*b) for b in builds),  # type: ignore[attr-defined]
-        macros=tuple(MacroOrigin(*m) for m in macros),  # type: ignore[attr-defined]
-        passes=tuple(BuildFlag(*p) for p in passes),  # type: ignore[attr-defined]
-        build_macros=build_macros,  # type: ignore[arg-type]
-        coverage=None
+        gid,
+        _GATE_KINDS[kind],
+        Location(package, version, path, Span(start, end)),
+        condition,
+        ArchSet.from_mask(admitted),
+        ArchSet.from_mask(unknown),
+        None if host is None else _TRUTHS[host],
+        None if then_span is None else Span(*then_span),
+        None if else_span is None else Span(*else_span),
+        _ELSE_KINDS[else_kind],
+        _CONFIDENCES[confidence],
+        tuple([Evidence(*e) for e in evidence]) if evidence else (),
+        depends_on,
+        directive,
+        enclosing,
+        tuple([BuildTarget(*b) for b in builds]) if builds else (),
+        tuple([MacroOrigin(*m) for m in macros]) if macros else (),
+        tuple([BuildFlag(*p) for p in passes]) if passes else (),
+        build_macros,
+        None
         if cov is None
         else BinaryCoverage(
             ArchSet.from_mask(cov[0]),
@@ -339,15 +370,23 @@ def gate_from_row(row: tuple[object, ...]) -> Gate:
                 for images, native, jit, kernels, unread in cov[5]
             ),
         ),
-        switches=tuple(
-            Switch(name, SwitchKind(kind), setting, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
-            for name, kind, setting, adm, unk in cast(tuple[tuple[str, str, str, int, int], ...], switches)
-        ),
-        decided_at=decided_at,  # type: ignore[arg-type]
-        reach=None if reach is None else ArchSet.from_mask(reach),  # type: ignore[arg-type]
-        choices=tuple(
-            Choice(impl, path_, line, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
-            for impl, path_, line, adm, unk in cast(tuple[tuple[str, str, int, int, int], ...], choices)
-        ),
-        dispatch=dispatch,  # type: ignore[arg-type]
+        tuple(
+            [
+                Switch(name, SwitchKind(kind), setting, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
+                for name, kind, setting, adm, unk in switches
+            ]
+        )
+        if switches
+        else (),
+        decided_at,
+        None if reach is None else ArchSet.from_mask(reach),
+        tuple(
+            [
+                Choice(impl, path_, line, ArchSet.from_mask(adm), ArchSet.from_mask(unk))
+                for impl, path_, line, adm, unk in choices
+            ]
+        )
+        if choices
+        else (),
+        dispatch,
     )

@@ -177,9 +177,8 @@ class Runner:
             if not (detector.runs_ahead and detector.scope is Scope.WORKSPACE and not detector.caches_itself):
                 continue
             files = [f for p in packages for f in p.files if detector.wants(f.path)]
-            if (
-                len(files) >= RUN_AHEAD_THRESHOLD
-                and self.cache.load_result(self._key(detector, files, ())) is None
+            if len(files) >= RUN_AHEAD_THRESHOLD and not self.cache.has_result(
+                self._key(detector, files, ())
             ):
                 self.ahead[detector.name] = _RunAhead(detector, tuple(files), self.workspace, self.settings)
 
