@@ -155,3 +155,38 @@ def test_random_bytes_are_no_kernels_or_a_fatbin_error(
     path.write_bytes(b"\x7fELF" + data)
     with contextlib.suppress(FatbinError):
         assert isinstance(read_kernel_images(str(path)), list)
+
+
+@pytest.mark.nvcc
+def test_a_binary_detection_is_cached_by_its_files_stats(
+    built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    import liftgate.detect.binary as binary
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    lib = pkg / "_C.so"
+    shutil.copyfile(built["library"], lib)
+    old = 1_600_000_000 * 10**9  # long before the scan: its stat can be trusted
+    os.utime(lib, ns=(old, old))
+    cache = tmp_path / "cache"
+    first = scan([str(pkg)], ["sm_90"], cache_dir=str(cache))
+    reads: list[str] = []
+    real = binary.read_units
+    monkeypatch.setattr(binary, "read_units", lambda path, names=True: reads.append(path) or real(path, names))
+    again = scan([str(pkg)], ["sm_90"], cache_dir=str(cache))
+    assert reads == []  # from the cache: no ELF file opened
+    assert [g for g in again.gates if g.kind is GateKind.BINARY] == [
+        g for g in first.gates if g.kind is GateKind.BINARY
+    ]
+    # Another mtime is another key: read again (a file replaced by one of the same size).
+    os.utime(lib, ns=(old + 10**9, old + 10**9))
+    scan([str(pkg)], ["sm_90"], cache_dir=str(cache))
+    assert reads == [str(lib)]
+    # A file changed moments ago may change again within the clock's granularity: never cached.
+    lib.touch()
+    scan([str(pkg)], ["sm_90"], cache_dir=str(cache))
+    scan([str(pkg)], ["sm_90"], cache_dir=str(cache))
+    assert reads == [str(lib)] * 3

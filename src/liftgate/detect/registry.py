@@ -9,6 +9,8 @@ for ties: gates are sorted by package, path and line, and a stable sort keeps de
 from __future__ import annotations
 
 import gc
+import hashlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -19,7 +21,7 @@ from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.interface import Batch, Detection, Detector, Scope, not_analysed
 from liftgate.model import Evidence, Gate, Skip, TorchOp
 from liftgate.sources.interface import DEFAULT_MAX_PY_FILE_SIZE
-from liftgate.sources.workspace import read_text
+from liftgate.sources.workspace import RACY_MARGIN_NS, read_text
 
 
 class CMakeDetector:
@@ -152,7 +154,9 @@ class BinaryDetector:
     name = "binary"
     scope = Scope.PACKAGE
     runs_ahead = False
-    caches_itself = True  # only ELF section tables and fatbin headers are read: kilobytes per file
+    # Keyed by its files' stats, not their bytes (`_stat_key`): only ELF section tables and fatbin
+    # headers are read, kilobytes of files that can be gigabytes, which a content digest would read.
+    caches_itself = True
     phase = ""
 
     def wants(self, path: str) -> bool:
@@ -160,11 +164,35 @@ class BinaryDetector:
 
     def detect(self, batch: Batch) -> Detection:
         assert batch.package is not None
+        key = _stat_key(self.name, batch) if batch.cache is not None else None
+        if key is not None and batch.cache is not None:
+            cached = batch.cache.load_result(key)
+            if cached is not None:
+                return Detection(tuple(cached[0]), tuple(cached[1]))
         gates, skips, _seen = detect_binaries(batch.package.name, batch.package.version, batch.files)
+        if key is not None and batch.cache is not None:
+            batch.cache.store_result(key, gates, skips)
         return Detection(tuple(gates), tuple(skips))
 
     def reset(self) -> None:
         pass
+
+
+def _stat_key(name: str, batch: Batch) -> str | None:
+    """A detection's cache key from its files' paths, sizes and mtimes (and the code, the package and
+    where it lies), or None when a file's mtime is too recent to trust: the stat caches' rule
+    (`liftgate.sources.workspace.stat_hit`), applied to the moment of this scan."""
+    assert batch.package is not None and batch.cache is not None
+    recent = time.time_ns() - RACY_MARGIN_NS
+    files = sorted(batch.files, key=lambda f: f.path)
+    if any(f.mtime_ns >= recent for f in files):
+        return None
+    digest = hashlib.sha256(
+        f"{name}\x1f{batch.cache.fingerprint}\x1f{batch.package.name}\x1f{batch.package.version}".encode()
+    )
+    for f in files:
+        digest.update(f"{f.path}\x1f{f.fspath}\x1f{f.size}\x1f{f.mtime_ns}\x1e".encode())
+    return f"{name}-stat-{digest.hexdigest()[:32]}"
 
 
 DETECTORS: tuple[Detector, ...] = (CFamilyDetector(), CMakeDetector(), PythonDetector(), BinaryDetector())
