@@ -297,3 +297,20 @@ def test_markdown_over_githubs_limit_says_so(tmp_path: Path, capsys: pytest.Capt
     assert len(out) < 65_000 and "65,536" not in err
     assert out.rstrip("\n").splitlines()[-1].endswith("more gates not shown: use `--show all` (too long for a "
                                                        "GitHub comment) or `--format json`")  # fmt: skip
+
+
+def test_a_command_runs_with_fewer_collections_and_gives_the_thresholds_back(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gc
+
+    import liftgate.cli.arches_cmd as arches_cmd
+    from liftgate.cli.main import GC_THRESHOLDS
+
+    seen: list[tuple[int, int, int]] = []
+    real = arches_cmd.run
+    monkeypatch.setattr(arches_cmd, "run", lambda args: seen.append(gc.get_threshold()) or real(args))
+    before = gc.get_threshold()
+    assert main(["arches"]) == 0
+    assert seen == [GC_THRESHOLDS]
+    assert gc.get_threshold() == before

@@ -14,6 +14,7 @@ a bug that the net would hide still fails a test.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import traceback
@@ -102,6 +103,9 @@ def internal_error(command: str, argv: Sequence[str], exc: BaseException, *, deb
     return ExitCode.ERROR
 
 
+GC_THRESHOLDS = (100_000, 20, 20)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -119,6 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return ExitCode.ERROR
+    # A command holds tens of thousands of long-lived objects (gates, verdicts, readings) and makes
+    # few cycles: at the default thresholds the cyclic collector rescanned them some 600 times in a
+    # warm scan (a tenth of its time). Fewer, later collections, as mypy does; restored on return.
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        return _run(args, argv, command, debug)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _run(args: argparse.Namespace, argv: list[str], command: list[str] | None, debug: bool) -> int:
     try:
         return int(args.run(args))
     except KeyboardInterrupt:

@@ -32,7 +32,6 @@ import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
-from urllib.request import url2pathname
 
 from liftgate.model import Skip
 from liftgate.sources.interface import (
@@ -267,6 +266,8 @@ def _editable_project(dist_info: str) -> str | None:
     parsed = urlparse(url)
     if parsed.scheme != "file":
         return None
+    from urllib.request import url2pathname  # urllib.request imports http and email: only here
+
     return url2pathname(unquote(parsed.path))
 
 
