@@ -175,7 +175,9 @@ def test_a_binary_detection_is_cached_by_its_files_stats(
     first = scan([str(pkg)], ["sm_90"], cache_dir=str(cache))
     reads: list[str] = []
     real = binary.read_units
-    monkeypatch.setattr(binary, "read_units", lambda path, names=True: reads.append(path) or real(path, names))
+    monkeypatch.setattr(
+        binary, "read_units", lambda path, names=True: reads.append(path) or real(path, names)
+    )
     again = scan([str(pkg)], ["sm_90"], cache_dir=str(cache))
     assert reads == []  # from the cache: no ELF file opened
     assert [g for g in again.gates if g.kind is GateKind.BINARY] == [

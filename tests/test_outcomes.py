@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from liftgate.arch.core import Arch, ArchSet
+from liftgate.arch.core import Arch, ArchSet, universe
 from liftgate.arch.parse import parse_target
 from liftgate.cli.main import main
 from liftgate.diff import diff
@@ -298,3 +300,13 @@ def test_the_outcomes_of_a_report_are_read_once_for_every_view() -> None:
     assert other is not shared
     first = report.gates[0]
     assert other.of(first, parse_target("sm_120")) == shared.of(first, parse_target("sm_120"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(mask=st.integers(min_value=0, max_value=(1 << len(universe())) - 1))
+def test_the_oldest_and_newest_target_of_a_set_are_read_from_its_mask(mask: int) -> None:
+    from liftgate.evaluate import _newest, _oldest
+
+    archs = ArchSet.from_mask(mask)
+    assert _oldest(archs) == min((a.cc for a in archs), default=None)
+    assert _newest(archs) == max((a.cc for a in archs), default=None)

@@ -7,7 +7,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
-from liftgate.arch.core import Arch, ArchSet
+from liftgate.arch.core import Arch, ArchSet, universe
 from liftgate.model import (
     ElseKind,
     Finding,
@@ -60,11 +60,15 @@ def _runs_elsewhere(gate: Gate, target: Arch) -> bool:
 
 
 def _oldest(archs: ArchSet) -> tuple[int, int] | None:
-    return min((a.cc for a in archs), default=None)
+    # The universe is ordered old to new (`Arch.sort_key`): the lowest bit is the oldest target.
+    # Read from the mask, not by iterating the set: every gate's outcome asks, on every report.
+    mask = archs.mask
+    return universe()[(mask & -mask).bit_length() - 1].cc if mask else None
 
 
 def _newest(archs: ArchSet) -> tuple[int, int] | None:
-    return max((a.cc for a in archs), default=None)
+    mask = archs.mask
+    return universe()[mask.bit_length() - 1].cc if mask else None
 
 
 # (gates, verdicts, outcomes) of the last report `Outcomes.of_report` was asked for.
