@@ -8,7 +8,7 @@ import types
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liftgate.arch import (
@@ -658,3 +658,13 @@ def test_nvml_query_error_still_shuts_down(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(NoGpuError, match="GPU is lost"):
         detect_local_archs()
     assert fake.calls == ["init", "shutdown"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(mask=st.integers(min_value=0, max_value=(1 << len(universe())) - 1))
+def test_a_rendered_set_is_remembered_as_it_was_rendered(mask: int) -> None:
+    from liftgate.arch.render import _render
+
+    archs = ArchSet.from_mask(mask)
+    assert render_archset(archs) == _render(archs)
+    assert render_archset(ArchSet.from_mask(mask)) == _render(archs)  # the remembered text

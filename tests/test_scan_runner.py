@@ -240,7 +240,7 @@ def test_a_warm_scan_reads_each_stats_file_once_and_each_result_once(
     monkeypatch.setattr(importlib.import_module("liftgate.scan.run"), "RUN_AHEAD_THRESHOLD", 1)
     trees = [str(t) for t in RUN_AHEAD_TREES]
     cold = judge_scan(scan(trees, ["sm_120"], cache_dir=str(tmp_path), jobs=2), jobs=1)
-    cache_module._STATS_MEMO.clear()  # as in a new process
+    assert cache_module._STATS_MEMO  # the cold scan's, kept for its judge
     loads: list[str] = []
     real = cache_module.ScanCache._load
 
@@ -252,6 +252,7 @@ def test_a_warm_scan_reads_each_stats_file_once_and_each_result_once(
     warm = judge_scan(scan(trees, ["sm_120"], cache_dir=str(tmp_path), jobs=2), jobs=1)
     assert warm.gates == cold.gates
     assert warm.verdicts == cold.verdicts
+    # The warm scan started afresh: it read the stats files from disk, each once.
     stats = [name for name in loads if name.startswith("stats/")]
     results = [name for name in loads if name.startswith("result/")]
     assert stats and len(stats) == len(set(stats))

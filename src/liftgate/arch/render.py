@@ -17,6 +17,8 @@ rules, over the capabilities in the order of ``data/archs.json``:
 
 from __future__ import annotations
 
+from typing import Any
+
 from liftgate.arch.core import Arch, ArchSet, Capability, arch_data
 
 __all__ = ["render_archset", "render_archset_long"]
@@ -37,8 +39,23 @@ def _render_run(run: list[Capability]) -> str:
     return text
 
 
+# (the arch data, mask -> text): listings render the same few sets for thousands of gates.
+_RENDERED: list[Any] = [None, {}]
+
+
 def render_archset(archs: ArchSet) -> str:
     """Compact rendering, e.g. ``sm_90–sm_110 (all variants); not sm_120+`` or ``sm_90a; not sm_100+``."""
+    data = arch_data()
+    if _RENDERED[0] is not data:
+        _RENDERED[:] = [data, {}]
+    memo: dict[int, str] = _RENDERED[1]
+    text = memo.get(archs.mask)
+    if text is None:
+        text = memo[archs.mask] = _render(archs)
+    return text
+
+
+def _render(archs: ArchSet) -> str:
     if not archs:
         return "none"
     missing = ~archs

@@ -85,6 +85,12 @@ def code_fingerprint() -> str:
 _STATS_MEMO: dict[Path, dict[str, StatEntry]] = {}
 
 
+def forget_stats() -> None:
+    """Drop the stats read so far: each scan starts afresh (`liftgate.scan.scan`), so a long-lived
+    process holds one scan's stats at most (the judge of that scan reads them after it)."""
+    _STATS_MEMO.clear()
+
+
 class ScanCache:
     """Marshalled (plain-data) stat, index and result caches under ``<cache_dir>/scan-v4``.
 

@@ -26,7 +26,7 @@ from typing import Any
 from liftgate.arch.core import Arch
 from liftgate.detect.interface import Batch, Detection, Detector, Scope, Settings, not_analysed
 from liftgate.model import Gate, PackageSummary, Report, Skip, Target, TorchOp
-from liftgate.scan.cache import ScanCache, code_fingerprint, content_digests, ops_digest
+from liftgate.scan.cache import ScanCache, code_fingerprint, content_digests, forget_stats, ops_digest
 from liftgate.scan.pool import Pool, default_jobs
 from liftgate.scan.toolkit import local_cuda_version
 from liftgate.sources.interface import DEFAULT_MAX_FILE_SIZE, NullObserver, Observer, Package, SourceFile
@@ -84,6 +84,7 @@ def scan(
     from liftgate.sources.cache import cache_root
 
     started = time.perf_counter()
+    forget_stats()
     observer = observer or NullObserver()
     resolved_targets = resolve_targets(targets)
     specs = [sources] if isinstance(sources, str) else list(sources)
