@@ -79,9 +79,9 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-# A stats file's path -> its entries, as this process last loaded or stored them. An entry is used
-# only where `stat_hit` finds the file unchanged, so entries from earlier in the process can cost a
-# re-read, never a wrong digest.
+# A stats file's path -> its entries, as this scan last loaded or stored them. An entry is used only
+# where `stat_hit` finds the file unchanged, so an entry older than the file can cost a re-read,
+# never a wrong digest.
 _STATS_MEMO: dict[Path, dict[str, StatEntry]] = {}
 
 
@@ -130,8 +130,8 @@ class ScanCache:
     def load_stats(self, key: str) -> dict[str, StatEntry]:
         """path -> `StatEntry`; use an entry only where `liftgate.sources.workspace.stat_hit` says it is fresh.
 
-        Read from disk once per process (`_STATS_MEMO`): the runner, the run-ahead check and the
-        judge each ask for the same packages' stats."""
+        Read from disk once per scan (`_STATS_MEMO`, emptied by `forget_stats` when a scan starts):
+        the runner, the run-ahead check and the scan's judge each ask for the same packages' stats."""
         if self.root is None:
             return {}
         name = f"stats/{key}-{code_fingerprint()[:16]}.bin"
@@ -283,10 +283,6 @@ _CONFIDENCES = {c.value: c for c in Confidence}
 
 def _span_row(span: Span | None) -> tuple[int, int] | None:
     return None if span is None else (span.start, span.end)
-
-
-def _span_from(row: tuple[int, int] | None) -> Span | None:
-    return None if row is None else Span(*row)
 
 
 def gate_to_row(g: Gate) -> tuple[object, ...]:
