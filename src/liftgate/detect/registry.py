@@ -21,7 +21,7 @@ from liftgate.detect.cmake import detect_cmake, is_cmake_file
 from liftgate.detect.interface import Batch, Detection, Detector, Scope, not_analysed
 from liftgate.model import Evidence, Gate, Skip, TorchOp
 from liftgate.sources.interface import DEFAULT_MAX_PY_FILE_SIZE
-from liftgate.sources.workspace import RACY_MARGIN_NS, read_text
+from liftgate.sources.workspace import read_text, stat_trusted
 
 
 class CMakeDetector:
@@ -181,11 +181,11 @@ class BinaryDetector:
 def _stat_key(name: str, batch: Batch) -> str | None:
     """A detection's cache key from its files' paths, sizes and mtimes (and the code, the package and
     where it lies), or None when a file's mtime is too recent to trust: the stat caches' rule
-    (`liftgate.sources.workspace.stat_hit`), applied to the moment of this scan."""
+    (`liftgate.sources.workspace.stat_trusted`), applied to the moment of this scan."""
     assert batch.package is not None and batch.cache is not None
-    recent = time.time_ns() - RACY_MARGIN_NS
+    now = time.time_ns()
     files = sorted(batch.files, key=lambda f: f.path)
-    if any(f.mtime_ns >= recent for f in files):
+    if not all(stat_trusted(f.mtime_ns, now) for f in files):
         return None
     digest = hashlib.sha256(
         f"{name}\x1f{batch.cache.fingerprint}\x1f{batch.package.name}\x1f{batch.package.version}".encode()

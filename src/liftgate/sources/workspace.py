@@ -47,9 +47,15 @@ def stat_hit(entry: object, size: int, mtime_ns: int) -> str | None:
     cached_size, cached_mtime, tag, stamp = entry
     if cached_size != size or cached_mtime != mtime_ns or not isinstance(tag, str):
         return None
-    if not isinstance(stamp, int) or mtime_ns >= stamp - RACY_MARGIN_NS:
+    if not isinstance(stamp, int) or not stat_trusted(mtime_ns, stamp):
         return None
     return tag
+
+
+def stat_trusted(mtime_ns: int, stamp_ns: int) -> bool:
+    """Whether a file's size and mtime can stand for its bytes as seen at ``stamp_ns``: its mtime is
+    clearly older than that moment (`RACY_MARGIN_NS`), so a later change would show in them."""
+    return mtime_ns < stamp_ns - RACY_MARGIN_NS
 
 
 @dataclass(frozen=True)
