@@ -38,6 +38,16 @@ _STATEMENT_KEYWORD = re.compile(r"^\s*(?:elif|if|while|for|async\s+for)\b")
 _INNER_BRANCH = re.compile(r"\b(?:if|for)\b")
 
 
+def branch_lines(text: str) -> list[int]:
+    """The numbers of the lines that may hold a conditional expression or a comprehension: an
+    ``if`` or ``for`` other than the statement keyword the line starts with."""
+    return [
+        number for number, line in enumerate(text.splitlines(), 1)
+        if ("if" in line or "for" in line)  # most lines have neither: no regex for them
+        and _INNER_BRANCH.search(_STATEMENT_KEYWORD.sub("", line, count=1))
+    ]  # fmt: skip
+
+
 def collapse(text: str) -> str:
     """``text`` on one line, its runs of whitespace collapsed to one space."""
     return " ".join(text.split())
@@ -67,10 +77,7 @@ class Module:
         walking every statement's syntax tree for them costs more than the rest of the analysis.)"""
         lines = self._branch_lines
         if lines is None:
-            lines = self._branch_lines = [
-                number for number, line in enumerate(self.text.splitlines(), 1)
-                if _INNER_BRANCH.search(_STATEMENT_KEYWORD.sub("", line, count=1))
-            ]  # fmt: skip
+            lines = self._branch_lines = branch_lines(self.text)
         start = getattr(node, "lineno", 0)
         i = bisect.bisect_left(lines, start)
         return i < len(lines) and lines[i] <= (getattr(node, "end_lineno", None) or start)

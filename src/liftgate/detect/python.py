@@ -75,6 +75,59 @@ _CLASS_DEF = re.compile(
 )
 _NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _ALIAS = re.compile(rb"\b([A-Za-z_][A-Za-z0-9_]*)[ \t]+as[ \t]+([A-Za-z_][A-Za-z0-9_]*)")  # `import X as Y`
+_AS = re.compile(rb"[ \t]as[ \t]")
+
+
+# The three text indexes below run over every module's bytes (168 MB for FlashInfer and SGLang).
+# Each gives exactly what ``findall`` of its pattern over the whole text gives (a property test
+# holds them to it), but tries the pattern only where a literal it needs occurs: a scan of the
+# text by `bytes.find` is many times faster than the regex engine trying every position.
+
+
+def class_defs(data: bytes) -> list[tuple[bytes, bytes]]:
+    """``_CLASS_DEF.findall(data)``: a match starts at a line that begins with ``class``."""
+    out: list[tuple[bytes, bytes]] = []
+    end = 0
+    i = data.find(b"class")
+    while i >= 0:
+        start = data.rfind(b"\n", 0, i) + 1
+        if start >= end and not data[start:i].strip(b" \t"):
+            found = _CLASS_DEF.match(data, start)
+            if found is not None:
+                out.append((found.group(1), found.group(2)))
+                end = found.end()
+        i = data.find(b"class", i + 5)
+    return out
+
+
+def method_defs(data: bytes) -> list[bytes]:
+    """``_METHOD_DEF.findall(data)``: a match starts at the line break before a line holding ``def``."""
+    out: list[bytes] = []
+    end = 0
+    i = data.find(b"def")
+    while i >= 0:
+        start = data.rfind(b"\n", 0, i)
+        if start >= end:
+            found = _METHOD_DEF.match(data, start)
+            if found is not None:
+                out.append(found.group(1))
+                end = found.end()
+        i = data.find(b"def", i + 3)
+    return out
+
+
+def aliases(data: bytes) -> list[tuple[bytes, bytes]]:
+    """``_ALIAS.findall(data)``: a match lies within one line, and such a line holds `` as ``."""
+    out: list[tuple[bytes, bytes]] = []
+    done = -1
+    for hit in _AS.finditer(data):
+        start = data.rfind(b"\n", 0, hit.start()) + 1
+        if start <= done:
+            continue  # this line was read already
+        end = data.find(b"\n", hit.end())
+        done = end = len(data) if end < 0 else end
+        out.extend(_ALIAS.findall(data, start, end))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +219,10 @@ class PythonAnalyzer:
             index: dict[bytes, list[tuple[str, bytes]]] = {}
             for module_name in sorted(self._sources):
                 data = self._bytes(module_name) or b""
-                for cls, bases in _CLASS_DEF.findall(data):
+                for cls, bases in class_defs(data):
                     for base in dict.fromkeys(_NAME.findall(bases)):
                         index.setdefault(base, []).append((module_name, cls))
-                for name, alias in _ALIAS.findall(data):  # a base imported under another name
+                for name, alias in aliases(data):  # a base imported under another name
                     if name != alias:
                         index.setdefault(name, []).append(("", alias))
             self._class_index = index
@@ -199,7 +252,7 @@ class PythonAnalyzer:
             index: dict[bytes, list[str]] = {}
             for module_name in sorted(self._sources):
                 data = self._bytes(module_name)
-                for method in dict.fromkeys(_METHOD_DEF.findall(data or b"")):
+                for method in dict.fromkeys(method_defs(data or b"")):
                     index.setdefault(method, []).append(module_name)
             self._method_index = index
         memo = (name, limit, family)

@@ -1,0 +1,64 @@
+"""The Python detector's text indexes (classes and their bases, indented defs, ``X as Y``) give
+exactly what ``findall`` of their patterns gives over the whole text, on any text: they only skip
+the positions where the pattern cannot match."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from liftgate.detect import py_binding
+from liftgate.detect.python import (
+    _ALIAS,
+    _CLASS_DEF,
+    _METHOD_DEF,
+    aliases,
+    class_defs,
+    method_defs,
+)
+
+# Pieces that make the patterns match, nearly match and overlap: keywords glued to names,
+# indentation, brackets of bases, line breaks of every kind.
+_PIECES = [
+    "class", "def", "async", "as", "if", "for", "elif", "while", "x", "Base", "_a1", "3",
+    " ", "\t", "\n", "\r\n", "\r", "\x0c", "(", ")", "[", "]", ":", ",", "=", "#", "'",
+]  # fmt: skip
+texts = st.lists(st.sampled_from(_PIECES), max_size=60).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(texts)
+def test_text_indexes_equal_findall(text: str) -> None:
+    data = text.encode()
+    assert class_defs(data) == _CLASS_DEF.findall(data)
+    assert method_defs(data) == _METHOD_DEF.findall(data)
+    assert aliases(data) == _ALIAS.findall(data)
+
+
+def test_text_indexes_on_real_shapes() -> None:
+    data = (
+        b"import torch as th, numpy as np\nfrom a import (b as c,\n    d as e)\n"
+        b"class A(Base[Config], ABC):\n    def f(self):\n        pass\n    async def g(self): ...\n"
+        b"  class B(\n    A,\n):\n\tdef h(): pass\nx = undef(1)\nclass_ = 1\n"
+    )
+    assert class_defs(data) == [(b"A", b"Base[Config], ABC"), (b"B", b"\n    A,\n")]
+    assert method_defs(data) == [b"f", b"g", b"h"]
+    assert aliases(data) == [(b"torch", b"th"), (b"numpy", b"np"), (b"b", b"c"), (b"d", b"e")]
+
+
+_LINE_PIECES = [" if ", "if", "for", "x", " ", "elif", "while", "async", "[", "]", "\n", "\x0c", "\r", "iff", "#"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_LINE_PIECES), max_size=40).map("".join))
+def test_branch_lines_equal_the_regex_on_every_line(text: str) -> None:
+    """`Module.may_hold_branches` skips the regexes on lines without ``if`` or ``for``: the same lines."""
+    expected = [
+        number
+        for number, line in enumerate(text.splitlines(), 1)
+        if py_binding._INNER_BRANCH.search(py_binding._STATEMENT_KEYWORD.sub("", line, count=1))
+    ]
+    assert py_binding.branch_lines(text) == expected
+    assert all(re.search(r"if|for", text.splitlines()[n - 1]) for n in expected)
