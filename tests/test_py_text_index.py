@@ -48,7 +48,7 @@ def test_text_indexes_on_real_shapes() -> None:
     assert aliases(data) == [(b"torch", b"th"), (b"numpy", b"np"), (b"b", b"c"), (b"d", b"e")]
 
 
-_LINE_PIECES = [" if ", "if", "for", "x", " ", "elif", "while", "async", "[", "]", "\n", "\x0c", "\r", "iff", "#"]
+_LINE_PIECES = [" if ", "if", "for", "x", " ", "elif", "while", "async", "[", "]", "\n", "\x0c", "\r", "iff", "#"]  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)
