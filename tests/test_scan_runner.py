@@ -7,6 +7,7 @@ import ast
 import importlib
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -210,6 +211,26 @@ def test_a_run_ahead_that_assumed_no_torch_ops_is_dropped_when_some_are_publishe
     calls = _spy_run_ahead(monkeypatch)
     assert _gate_rows([OPS_TREE], 2) == in_order
     assert calls == {"result": 0, "cancel": 1}
+
+
+@pytest.mark.parametrize(("jobs", "pool_jobs"), [(2, 1), (3, 2)])
+def test_a_detector_running_ahead_takes_one_of_the_jobs(
+    monkeypatch: pytest.MonkeyPatch, jobs: int, pool_jobs: int
+) -> None:
+    """``-j N`` means N busy processes: the run-ahead process is one, the pool has the others
+    (with a worker per job beside it, two cores ran three processes and the longest phase slowed)."""
+    run = importlib.import_module("liftgate.scan.run")
+    _spy_run_ahead(monkeypatch)
+    seen: list[tuple[str, int]] = []
+    original = run.Runner.run
+
+    def spy(self: Any, detector: Any, packages: Any, examined: Any) -> Any:
+        seen.append((detector.name, self.pool.jobs))
+        return original(self, detector, packages, examined)
+
+    monkeypatch.setattr(run.Runner, "run", spy)
+    _gate_rows(RUN_AHEAD_TREES, jobs)
+    assert seen and all(n == pool_jobs for _, n in seen), seen
 
 
 def _dies(*args: object) -> None:

@@ -182,6 +182,11 @@ class Runner:
                 self._key(detector, files, ())
             ):
                 self.ahead[detector.name] = _RunAhead(detector, tuple(files), self.workspace, self.settings)
+        if self.ahead and self.pool.executor is None:
+            # A process running ahead is busy on one core for the whole detection: the pool takes
+            # the rest, not one worker per core beside it. Three processes on two cores made the
+            # run-ahead detector, the longest phase, run at two thirds of a core.
+            self.pool.jobs = max(1, self.pool.jobs - len(self.ahead))
 
     def _groups(
         self, detector: Detector, packages: Sequence[Package], examined: set[tuple[int, str]]
