@@ -136,7 +136,13 @@ def configure_parser(subparsers: Any) -> None:
     p.add_argument(
         "--cuda-version", metavar="X.Y", help="toolkit version assumed for CUDART_VERSION-style conditions"
     )
-    p.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: CPU count)")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes working at once (default: the CPU count, at most 8)",
+    )
     p.add_argument("--no-cache", action="store_true", help="ignore and do not update the scan cache")
     add_cache_dir_option(p)
     add_offline_option(p)
