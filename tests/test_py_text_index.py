@@ -46,6 +46,10 @@ def test_text_indexes_on_real_shapes() -> None:
     assert class_defs(data) == [(b"A", b"Base[Config], ABC"), (b"B", b"\n    A,\n")]
     assert method_defs(data) == [b"f", b"g", b"h"]
     assert aliases(data) == [(b"torch", b"th"), (b"numpy", b"np"), (b"b", b"c"), (b"d", b"e")]
+    # At the very start of the text: the first line, and the line break at offset 0.
+    assert class_defs(b"class A(B):\n    pass\n") == [(b"A", b"B")]
+    assert method_defs(b"\n\tdef f(self): pass\n") == [b"f"]
+    assert aliases(b"x as y") == [(b"x", b"y")]
 
 
 _LINE_PIECES = [" if ", "if", "for", "x", " ", "elif", "while", "async", "[", "]", "\n", "\x0c", "\r", "iff", "#"]  # fmt: skip

@@ -84,36 +84,34 @@ _AS = re.compile(rb"[ \t]as[ \t]")
 # text by `bytes.find` is many times faster than the regex engine trying every position.
 
 
-def class_defs(data: bytes) -> list[tuple[bytes, bytes]]:
-    """``_CLASS_DEF.findall(data)``: a match starts at a line that begins with ``class``."""
-    out: list[tuple[bytes, bytes]] = []
-    end = 0
-    i = data.find(b"class")
+def _line_matches(
+    pattern: re.Pattern[bytes], data: bytes, literal: bytes, at_break: bool
+) -> list[re.Match[bytes]]:
+    """``pattern.finditer(data)`` for a pattern whose matches start at a line (``at_break``: at the
+    line break before it) that holds ``literal``: the pattern is tried only at such lines."""
+    out: list[re.Match[bytes]] = []
+    end, tried = 0, -1  # `tried`: the last start tried, so that a line is tried once
+    i = data.find(literal)
     while i >= 0:
-        start = data.rfind(b"\n", 0, i) + 1
-        if start >= end and not data[start:i].strip(b" \t"):
-            found = _CLASS_DEF.match(data, start)
+        start = data.rfind(b"\n", 0, i) + (0 if at_break else 1)
+        if start >= end and start != tried:
+            tried = start
+            found = pattern.match(data, start)
             if found is not None:
-                out.append((found.group(1), found.group(2)))
+                out.append(found)
                 end = found.end()
-        i = data.find(b"class", i + 5)
+        i = data.find(literal, i + len(literal))
     return out
+
+
+def class_defs(data: bytes) -> list[tuple[bytes, bytes]]:
+    """``_CLASS_DEF.findall(data)``: a match starts at a line holding ``class``."""
+    return [(m.group(1), m.group(2)) for m in _line_matches(_CLASS_DEF, data, b"class", at_break=False)]
 
 
 def method_defs(data: bytes) -> list[bytes]:
     """``_METHOD_DEF.findall(data)``: a match starts at the line break before a line holding ``def``."""
-    out: list[bytes] = []
-    end = 0
-    i = data.find(b"def")
-    while i >= 0:
-        start = data.rfind(b"\n", 0, i)
-        if start >= end:
-            found = _METHOD_DEF.match(data, start)
-            if found is not None:
-                out.append(found.group(1))
-                end = found.end()
-        i = data.find(b"def", i + 3)
-    return out
+    return [m.group(1) for m in _line_matches(_METHOD_DEF, data, b"def", at_break=True)]
 
 
 def aliases(data: bytes) -> list[tuple[bytes, bytes]]:
