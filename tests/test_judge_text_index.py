@@ -1,0 +1,117 @@
+"""The judge's per-file text passes, made faster, give exactly what the patterns they replace gave:
+the C++ tokenizer's findall, the call index and its declaration test, the literal blanking, and
+the walk of a Python file's syntax tree. Each is held to the plain form on generated text and on
+the fixtures' sources."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from liftgate.detect import cpp_tokens
+from liftgate.detect.cpp_lex import LITERALS
+from liftgate.judge.pyregion import PyFunctions, _walk
+from liftgate.judge.region import _CALL, _declaration
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# The patterns as they were: what the faster forms must equal.
+PLAIN_TOKEN = re.compile(r"\n|\\\r?\n" + cpp_tokens._TOKEN_BODY, re.X | re.S)
+PLAIN_CALL = re.compile(
+    r"(?<![\w.>])((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*(?:<[^<>();{}]*(?:<[^<>();{}]*>[^<>();{}]*)*>)?\s*\("
+)
+PLAIN_WORD_BEFORE = re.compile(r"([A-Za-z_]\w*)[ \t]*$")
+
+# Pieces that make the patterns match, nearly match and overlap: names glued to digits and to
+# non-ASCII letters, scopes, template brackets, blanks of every kind, literals, comments.
+_PIECES = [
+    "f", "ns", "_x", "9", "é", "Ω", "::", ":", "<", ">", "(", ")", "{", "}", ";", ",", ".", "->",
+    " ", "\t", "\n", "\r\n", "\x0c", "\x0b", "\u00a0", "\\\n", '"', "'", "//", "/*", "*/", "#",
+    "return", "new", "template", "dim3", "R\"(", ")\"", "=", "*", "&",
+]  # fmt: skip
+texts = st.lists(st.sampled_from(_PIECES), max_size=50).map("".join)
+
+
+def _real_sources() -> list[str]:
+    out = []
+    for path in sorted(FIXTURES.rglob("*")):
+        if path.suffix in {".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc"} and path.is_file():
+            out.append(path.read_text(errors="replace"))
+    assert len(out) >= 10  # the fixtures hold real-shaped CUDA and C++ host code
+    return out
+
+
+def _plain_declaration(code: str, start: int) -> bool:
+    m = PLAIN_WORD_BEFORE.search(code, max(0, start - 64), start)
+    return m is not None and m.group(1) not in {
+        "return", "else", "case", "throw", "new", "do", "co_return", "co_await", "typename", "template",
+    }  # fmt: skip
+
+
+def _check_text(text: str) -> None:
+    assert cpp_tokens._TOKEN.findall(text) == PLAIN_TOKEN.findall(text)
+    calls = [(m.start(), m.group(1)) for m in _CALL.finditer(text)]
+    assert calls == [(m.start(), m.group(1)) for m in PLAIN_CALL.finditer(text)]
+    for start in range(len(text) + 1):
+        assert _declaration(text, start) == _plain_declaration(text, start), (text, start)
+
+
+@settings(max_examples=800, deadline=None)
+@given(texts)
+def test_text_passes_equal_the_plain_patterns(text: str) -> None:
+    _check_text(text)
+
+
+def test_text_passes_on_real_sources() -> None:
+    for text in _real_sources():
+        assert cpp_tokens._TOKEN.findall(text) == PLAIN_TOKEN.findall(text)
+        calls = [(m.start(), m.group(1)) for m in _CALL.finditer(text)]
+        assert calls == [(m.start(), m.group(1)) for m in PLAIN_CALL.finditer(text)]
+        for start, _ in calls:
+            assert _declaration(text, start) == _plain_declaration(text, start)
+
+
+def test_call_index_on_shapes() -> None:
+    text = "dim3 grid(n);\n  cute::gemm<T, Shape<_1>>(a);\nx.f(1); p->g(2); 9h(3);\nreturn k(4);"
+    found = [(m.group(1), _declaration(text, m.start())) for m in _CALL.finditer(text)]
+    # `9h(` is not a call: a digit before the name, as in the plain pattern's look-behind.
+    assert found == [("grid", True), ("cute::gemm", False), ("k", False)]
+    # A word before a line break declares (the search's `$` matches before a final newline).
+    assert _declaration("Type\nname(", 5) and not _declaration("Type\n\nname(", 6)
+
+
+@pytest.mark.parametrize(
+    "text", ['a "x\\"y(" b(1);', "c 'q' f(\"\") d(2);\ng('(');", 'unclosed "abc;\nh(3);', "'\\'' k();"]
+)
+def test_literal_blanking_equals_the_substitution(text: str) -> None:
+    """The index blanks literals in one pass with collecting the string literals; the calls it
+    finds are those of the code blanked by the plain substitution."""
+    from liftgate.judge.region import FileStore
+
+    blanked = LITERALS.sub(
+        lambda m: '"' + " " * (len(m.group(0)) - 2) + '"' if len(m.group(0)) >= 2 else " ", text
+    )
+    expected: dict[int, list[str]] = {}
+    for m in PLAIN_CALL.finditer(blanked):
+        if not _plain_declaration(blanked, m.start()):
+            expected.setdefault(blanked.count("\n", 0, m.start()) + 1, []).append(m.group(1))
+    info = FileStore(["a.cu"], lambda path: text).file("a.cu")
+    assert info is not None
+    assert info.calls == expected
+    assert expected  # each text has a call outside its literals
+
+
+def test_walk_is_ast_walk_in_its_order() -> None:
+    for path in sorted((Path(__file__).parents[1] / "src" / "liftgate").rglob("*.py"))[:60]:
+        tree = ast.parse(path.read_text())
+        assert [id(n) for n in _walk(tree)] == [id(n) for n in ast.walk(tree)], path
+    funcs = PyFunctions.parse(
+        "def f():\n    g()\n    def f(): h.i()\nclass C:\n    async def f(self): pass\n"
+    )
+    assert funcs.spans == {"f": [(1, 3), (3, 3), (5, 5)]}  # breadth first, as ast.walk
+    assert funcs.calls == [(2, "g"), (3, "i")]
