@@ -6,6 +6,7 @@ the fixtures' sources."""
 from __future__ import annotations
 
 import ast
+import gc
 import re
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from liftgate.detect import cpp_tokens
 from liftgate.detect.cpp_lex import LITERALS
+from liftgate.judge import verdict
 from liftgate.judge.pyregion import PyFunctions, _walk
 from liftgate.judge.region import _CALL, _declaration
 
@@ -115,3 +117,26 @@ def test_walk_is_ast_walk_in_its_order() -> None:
     )
     assert funcs.spans == {"f": [(1, 3), (3, 3), (5, 5)]}  # breadth first, as ast.walk
     assert funcs.calls == [(2, "g"), (3, "i")]
+
+
+def test_collector_is_off_while_judging_and_collects_every_few_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    collected: list[int] = []
+    monkeypatch.setattr(verdict.gc, "collect", lambda *a: collected.append(1) or 0)
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        with verdict._collected_every_few_runs() as run_done:
+            assert not gc.isenabled()
+            for _ in range(verdict.GC_RUNS * 2 + 1):
+                run_done()
+        assert gc.isenabled()
+        assert len(collected) == 2
+        gc.disable()
+        with verdict._collected_every_few_runs():
+            pass
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
