@@ -18,7 +18,7 @@ from liftgate.detect import cpp_tokens
 from liftgate.detect.cpp_lex import LITERALS
 from liftgate.judge import verdict
 from liftgate.judge.pyregion import PyFunctions, _walk
-from liftgate.judge.region import _CALL, _declaration
+from liftgate.judge.region import _CALL, FileStore, _declaration
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -93,8 +93,6 @@ def test_call_index_on_shapes() -> None:
 def test_literal_blanking_equals_the_substitution(text: str) -> None:
     """The index blanks literals in one pass with collecting the string literals; the calls it
     finds are those of the code blanked by the plain substitution."""
-    from liftgate.judge.region import FileStore
-
     blanked = LITERALS.sub(
         lambda m: '"' + " " * (len(m.group(0)) - 2) + '"' if len(m.group(0)) >= 2 else " ", text
     )

@@ -21,6 +21,7 @@ import bisect
 import copy
 import itertools
 import re
+import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -651,7 +652,7 @@ def _constant(text: str) -> int | None:
 _NOT_A_TYPE = frozenset(
     {"return", "else", "case", "throw", "new", "do", "co_return", "co_await", "typename", "template"}
 )
-_WORD_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_WORD_START = frozenset(string.ascii_letters + "_")
 
 
 def _declaration(code: str, start: int) -> bool:

@@ -650,12 +650,8 @@ JUDGE_RUN = 48
 GC_RUNS = 32
 
 
-@contextlib.contextmanager
-def _collected_every_few_runs() -> Iterator[Callable[[], None]]:
-    """The cyclic collector off inside, and a function to call after each run: every `GC_RUNS`th
-    call collects. The collector's state is restored on the way out."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+def _every_few_runs() -> Callable[[], None]:
+    """A function to call after each run of gates: every `GC_RUNS`th call collects."""
     runs = 0
 
     def run_done() -> None:
@@ -664,8 +660,17 @@ def _collected_every_few_runs() -> Iterator[Callable[[], None]]:
         if runs % GC_RUNS == 0:
             gc.collect()
 
+    return run_done
+
+
+@contextlib.contextmanager
+def _collected_every_few_runs() -> Iterator[Callable[[], None]]:
+    """The cyclic collector off inside, collecting through the `_every_few_runs` function it
+    yields; the collector's state is restored on the way out."""
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        yield run_done
+        yield _every_few_runs()
     finally:
         if was_enabled:
             gc.enable()
@@ -699,17 +704,17 @@ _WORKER_STATE: tuple[Workspace, dict[_PackageKey, list[Gate]]] | None = None
 _WORKER_CONTEXTS: dict[tuple[_PackageKey, Arch], PackageContext] = {}
 _WORKER_STORES: dict[_PackageKey, FileStore] = {}
 _WORKER_BY_ID: dict[_PackageKey, dict[str, Gate]] = {}
-_WORKER_RUNS = 0  # runs this worker judged: it collects every GC_RUNS
+_WORKER_RUN_DONE: Callable[[], None] = _every_few_runs()  # a worker's collections (`_judge_worker_init`)
 
 
 def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]]) -> None:
-    global _WORKER_STATE, _WORKER_RUNS
+    global _WORKER_STATE, _WORKER_RUN_DONE
     # A worker only judges: its collector stays off, and `_judge_chunk` collects every GC_RUNS
-    # runs (`_collected_every_few_runs` says why). What it inherited from the parent is frozen, so
+    # runs (`GC_RUNS` says why). What it inherited from the parent is frozen, so
     # that those collections neither scan it nor copy its pages.
     gc.disable()
     gc.freeze()
-    _WORKER_RUNS = 0
+    _WORKER_RUN_DONE = _every_few_runs()
     _WORKER_STATE = (workspace, gates)
     _WORKER_CONTEXTS.clear()
     _WORKER_STORES.clear()
@@ -718,7 +723,6 @@ def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]
 
 def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict]:
     """In a worker: the verdicts of the gates ``ids`` of package ``key`` for ``target``."""
-    global _WORKER_RUNS
     assert _WORKER_STATE is not None
     workspace, gates = _WORKER_STATE
     ctx = _WORKER_CONTEXTS.get((key, target))
@@ -732,9 +736,7 @@ def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict
     if by_id is None:  # once per package in this worker, not once per run
         by_id = _WORKER_BY_ID[key] = {g.id: g for g in gates[key]}
     found = _judge_all([by_id[i] for i in ids], target, ctx.fresh(), NullObserver())
-    _WORKER_RUNS += 1
-    if _WORKER_RUNS % GC_RUNS == 0:
-        gc.collect()
+    _WORKER_RUN_DONE()
     return found
 
 
