@@ -12,7 +12,27 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+
+def walk(tree: ast.AST) -> Iterator[ast.AST]:
+    """``walk(tree)``, in its order (breadth first), without its two generators per node: it
+    took a third of the time to read a file's functions (the judge's index of a Python file, and
+    the interpreter's reads of a function's names)."""
+    todo: deque[ast.AST] = deque([tree])
+    pop, extend, append = todo.popleft, todo.extend, todo.append
+    node_type = ast.AST
+    while todo:
+        node = pop()
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                extend(item for item in value if isinstance(item, node_type))
+            elif isinstance(value, node_type):
+                append(value)
+        yield node
 
 
 def module_name_for(path: str) -> str:
@@ -154,16 +174,16 @@ def _bind_rebound_globals(module: Module) -> None:
     reads "None or anything", not "None"."""
     if _GLOBAL_STATEMENT.search(module.text) is None:
         return  # a text search: walking every module's tree for a `global` cost seconds
-    for func in ast.walk(module.tree):
+    for func in walk(module.tree):
         if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         if _GLOBAL_STATEMENT.search(module.segment(func)) is None:
             continue
-        declared = {name for stmt in ast.walk(func) if isinstance(stmt, ast.Global) for name in stmt.names}
+        declared = {name for stmt in walk(func) if isinstance(stmt, ast.Global) for name in stmt.names}
         if not declared:
             continue
         names = frozenset(local_names(func) - declared)
-        for sub in ast.walk(func):
+        for sub in walk(func):
             if isinstance(sub, ast.Assign):
                 pairs = [(t, sub.value) for t in sub.targets]
             elif isinstance(sub, ast.AnnAssign) and sub.value is not None:
@@ -180,7 +200,7 @@ def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     spec = func.args
     names = {a.arg for a in (*spec.posonlyargs, *spec.args, *spec.kwonlyargs)}
     names |= {a.arg for a in (spec.vararg, spec.kwarg) if a is not None}
-    names |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    names |= {n.id for n in walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     return names
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from liftgate.detect.py_binding import Module, decorator_name, runtime_prefilter
+from liftgate.detect.py_binding import Module, decorator_name, runtime_prefilter, walk
 from liftgate.detect.pyvalues import ClassRef, Instance
 
 MAX_CHOICES = 64  # implementations of one method name; more is a name too common to be a choice
@@ -139,5 +139,5 @@ def reads_the_device(text: str, node: ast.FunctionDef | ast.AsyncFunctionDef) ->
         and isinstance(n.value, ast.Constant)
         and isinstance(n.value.value, (int, float))
         and not isinstance(n.value.value, bool)
-        for n in ast.walk(node)
+        for n in walk(node)
     )

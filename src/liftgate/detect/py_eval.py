@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from liftgate.detect.py_binding import Module, decorator_name, local_names, short
+from liftgate.detect.py_binding import Module, decorator_name, local_names, short, walk
 from liftgate.detect.py_choices import (
     MAX_CHOICES,
     MAX_FAMILY_CHOICES,
@@ -743,8 +743,12 @@ class Evaluator(Scopes):
         info = self._classes.get(cls.key)
         if info is None or depth > 8:
             return None
-        for stmt in info.node.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+        members = self._class_members.get(id(info.node))
+        if members is None:
+            members = self._class_members[id(info.node)] = _class_members(info.node)
+        stmt = members.get(name)
+        if stmt is not None:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 decorators = {decorator_name(d) for d in stmt.decorator_list}
                 func = self.function_value(info.module, stmt, None, f"{info.qualname}.{name}", cls)
                 if (
@@ -759,19 +763,9 @@ class Evaluator(Scopes):
                     receiver = instance if instance is not None else cls
                     return const(BoundMethod(func.single(), receiver))
                 return func
-            if isinstance(stmt, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == name for t in stmt.targets
-            ):
-                scope = self._class_scope(cls, info, stmt, frame, node, depth)
-                return self.eval(stmt.value, Frame(info.module, scope, {}))
-            if (
-                isinstance(stmt, ast.AnnAssign)
-                and isinstance(stmt.target, ast.Name)
-                and stmt.target.id == name
-                and stmt.value
-            ):
-                scope = self._class_scope(cls, info, stmt, frame, node, depth)
-                return self.eval(stmt.value, Frame(info.module, scope, {}))
+            assert isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None
+            scope = self._class_scope(cls, info, stmt, frame, node, depth)
+            return self.eval(stmt.value, Frame(info.module, scope, {}))
         for base in info.node.bases:
             base_value = self.eval(base, Frame(info.module, {}, {}))
             for element in elements_of(base_value):
@@ -786,7 +780,7 @@ class Evaluator(Scopes):
     ) -> dict[str, AV]:
         """The class-body names bound before ``stmt`` that it reads: ``block = 128 if hopper else 64``
         sees the ``hopper = …`` above it, not a module global."""
-        read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        read = {n.id for n in walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         bound: set[str] = set()
         for earlier in info.node.body:
             if earlier is stmt:
@@ -868,9 +862,7 @@ class Evaluator(Scopes):
                 needs_run = any(
                     id(a) not in summary.top_level
                     or a.value is None
-                    or not summary.local.isdisjoint(
-                        n.id for n in ast.walk(a.value) if isinstance(n, ast.Name)
-                    )
+                    or not summary.local.isdisjoint(n.id for n in walk(a.value) if isinstance(n, ast.Name))
                     for a in assigns
                 )
                 entries.append(SelfAssignments(method, summary.self_name, assigns, needs_run))
@@ -905,7 +897,7 @@ class Evaluator(Scopes):
             self_name = method.args.args[0].arg
             assigns: dict[str, list[ast.Assign | ast.AnnAssign]] = {}
             local = local_names(method) - {self_name}
-            for sub in ast.walk(method):
+            for sub in walk(method):
                 if isinstance(sub, ast.Assign):
                     targets = sub.targets
                 elif isinstance(sub, ast.AnnAssign) and sub.value is not None:
@@ -1221,7 +1213,7 @@ class Evaluator(Scopes):
             result = join(v for v, _ in returns)
         if result.arch:
             node = info.node
-            arch_returns = [r for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
+            arch_returns = [r for r in walk(node) if isinstance(r, ast.Return) and r.value is not None]
             shown = " | ".join(
                 short(info.module.segment(r.value), 80) for r in arch_returns[:2] if r.value is not None
             )
@@ -1318,3 +1310,20 @@ def _typevar_bound(module: Module, name: str) -> ast.expr | None:
         ):
             return next((k.value for k in stmt.value.keywords if k.arg == "bound"), None)
     return None
+
+
+def _class_members(node: ast.ClassDef) -> dict[str, ast.stmt]:
+    """Each name to the first statement of the class body that defines it, as
+    `Evaluator._class_attribute` looks them up: a ``def``, an assignment with the name among its
+    targets, an annotated assignment of the name with a value."""
+    members: dict[str, ast.stmt] = {}
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            members.setdefault(stmt.name, stmt)
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    members.setdefault(target.id, stmt)
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
+            members.setdefault(stmt.target.id, stmt)
+    return members

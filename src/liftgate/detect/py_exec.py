@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from liftgate.detect.py_binding import short
+from liftgate.detect.py_binding import short, walk
 from liftgate.detect.py_domain import (
     MAX_LOOP_ITEMS,
     collect,
@@ -79,7 +79,7 @@ class Executor(Evaluator):
         """In gate mode: conditional expressions and comprehension filters anywhere in ``node``."""
         if frame.sink is None or not frame.module.may_hold_branches(node):
             return
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if isinstance(sub, (ast.IfExp, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
                 self.eval(sub, frame)
 

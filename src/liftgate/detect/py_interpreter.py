@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from liftgate.detect.py_binding import Module, decorator_name, runtime_prefilter
+from liftgate.detect.py_binding import Module, decorator_name, runtime_prefilter, walk
 from liftgate.detect.py_choices import RuntimeChoice
 from liftgate.detect.py_exec import Executor
 from liftgate.detect.py_gates import GateEmitter, PendingGate, admitted_lanes_of
@@ -292,7 +292,7 @@ class Interpreter(Executor):
             if lookups is None:  # a function is walked many times (candidates, callers' values)
                 lookups = self._self_lookups[id(stmt)] = frozenset(
                     n.attr
-                    for n in ast.walk(stmt)
+                    for n in walk(stmt)
                     if isinstance(n, ast.Attribute)
                     and isinstance(n.ctx, ast.Load)
                     and isinstance(n.value, ast.Name)

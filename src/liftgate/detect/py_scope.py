@@ -118,6 +118,9 @@ class Scopes:
             tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame, tuple[str, ...], ClassRef | None]
         ] = []
         self._identifier_cache: dict[int, frozenset[str]] = {}
+        # By class node: each name to the first statement of the class body that defines it (a
+        # `def`, an assignment to it, an annotated assignment with a value): `Evaluator._class_attribute`.
+        self._class_members: dict[int, dict[str, ast.stmt]] = {}
         self._eval_table: dict[type, Any] = {}  # node type -> its bound _eval_<Type> method (or None)
         # Parameters that callers fill with a device-dependent value: function node id → parameter →
         # (value, the call site) — at most 8 sites a parameter (`Evaluator._record_call_site`).

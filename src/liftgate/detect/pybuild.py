@@ -35,6 +35,7 @@ import re
 from liftgate.arch.core import ArchSet
 from liftgate.arch.parse import UnknownArchError, resolve_arch
 from liftgate.detect.interface import Detection, not_analysed
+from liftgate.detect.py_binding import walk
 from liftgate.detect.pybuild_flags import FlagGroups, FlagScan
 from liftgate.detect.pybuild_gates import Draft
 from liftgate.detect.pybuild_syntax import (
@@ -472,7 +473,7 @@ class _FileScan(FlagGroups):
                 )
             return isinstance(container, ast.Name) and container.id == name
 
-        for node in ast.walk(where):
+        for node in walk(where):
             if (
                 isinstance(node, ast.If)
                 and names_it(node.test, ast.NotIn)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
+from liftgate.detect.py_binding import walk
 from liftgate.detect.pybuild_scope import FileScope
 from liftgate.detect.pybuild_syntax import call_argument, callee_name, dotted_name, join_names, names_in
 from liftgate.model import BuildTarget, Evidence
@@ -60,7 +61,7 @@ class BuildCalls(FileScope):
     def _note_torch_loaders(self) -> None:
         """Record the names this file imports torch's ``cpp_extension.load``/``load_inline`` as."""
         if "cpp_extension" in self.text:
-            for node in ast.walk(self.tree):
+            for node in walk(self.tree):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("cpp_extension"):
                     self.torch_loader_names.update(
                         alias.asname or alias.name for alias in node.names if alias.name in _TORCH_LOADERS
@@ -91,7 +92,7 @@ class BuildCalls(FileScope):
         names = self._flowing_names(node, function)
         if not names:
             return []
-        calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
+        calls = [n for n in walk(function) if isinstance(n, ast.Call)]
         builds = [c for c in calls if self._is_build_call(c) and names & self._argument_names(c)]
         if builds:
             return [self._describe_build(c) for c in builds]
@@ -131,7 +132,7 @@ class BuildCalls(FileScope):
             return names
         assignments = [
             n
-            for n in ast.walk(function)
+            for n in walk(function)
             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
         ]
         for _ in range(4):
@@ -229,7 +230,7 @@ class BuildCalls(FileScope):
         computed = False
         for value in values:
             computed |= self._collect_sources(value, names, depth + 1)
-        for grown in ast.walk(function):
+        for grown in walk(function):
             if isinstance(grown, ast.AugAssign) and isinstance(grown.target, ast.Name):
                 if grown.target.id == node.id:
                     computed |= self._collect_sources(grown.value, names, depth + 1)

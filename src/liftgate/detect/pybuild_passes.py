@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from liftgate.detect.py_binding import module_name_for, resolve_relative
+from liftgate.detect.py_binding import module_name_for, resolve_relative, walk
 from liftgate.detect.pybuild_builds import BuildCalls
 from liftgate.detect.pybuild_syntax import names_in
 from liftgate.model import BuildFlag, Gate, GateKind
@@ -92,7 +92,7 @@ class FlagPasses(BuildCalls):
         strings = self._define_cache.get(id(function))
         if strings is None:
             strings = self._define_cache[id(function)] = [
-                n for n in ast.walk(function) if isinstance(n, ast.Constant) and _defines(n)
+                n for n in walk(function) if isinstance(n, ast.Constant) and _defines(n)
             ]
         return strings
 
@@ -219,9 +219,9 @@ class FlagPasses(BuildCalls):
         plain_bindings = 0
         uses: set[int] = set()
         params = getattr(function, "args", None)
-        if params is not None and name in {a.arg for a in ast.walk(params) if isinstance(a, ast.arg)}:
+        if params is not None and name in {a.arg for a in walk(params) if isinstance(a, ast.arg)}:
             return None
-        for n in ast.walk(function):
+        for n in walk(function):
             if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
                 return None
             if not (isinstance(n, ast.Name) and n.id == name):
@@ -332,7 +332,7 @@ def imported_flag_passes(
     scope._index(tree)
     lines = scope._lines()
     out: dict[tuple[str, str], dict[BuildFlag, None]] = {}
-    for function in ast.walk(tree):
+    for function in walk(tree):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         segment = "".join(lines[function.lineno - 1 : function.end_lineno or function.lineno])
@@ -340,7 +340,7 @@ def imported_flag_passes(
             continue
         uses = [
             n
-            for n in ast.walk(function)
+            for n in walk(function)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in imported
             and scope._function(n) is function and _as_value(n, scope.parents.get(n))
         ]  # fmt: skip
@@ -355,7 +355,7 @@ def _bound_elsewhere(tree: ast.Module, names: Mapping[str, object]) -> set[str]:
     """Which of ``names`` the file binds anywhere but one import: an assignment, a parameter, a
     loop or ``with`` target, a ``global``, another import."""
     counts: dict[str, int] = {}
-    for node in ast.walk(tree):
+    for node in walk(tree):
         found: list[str] = []
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             found = [node.id]
@@ -382,7 +382,7 @@ def _literal_list(value: ast.expr) -> bool:
     """A list display, or ``+`` of list displays and names (``["-gencode=…"] + common_flags``):
     no condition picks between two lists."""
     if isinstance(value, (ast.List, ast.Tuple)):
-        return not any(isinstance(n, (ast.IfExp, ast.Call, ast.Compare, ast.BoolOp)) for n in ast.walk(value))
+        return not any(isinstance(n, (ast.IfExp, ast.Call, ast.Compare, ast.BoolOp)) for n in walk(value))
     if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
         return all(isinstance(v, ast.Name) or _literal_list(v) for v in (value.left, value.right))
     return False

@@ -12,6 +12,7 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from liftgate.detect.py_binding import walk
 from liftgate.detect.pybuild_syntax import NOT_LITERAL, literal_value, names_in
 from liftgate.detect.pybuild_text import FileText
 
@@ -42,7 +43,7 @@ class FileScope(FileText):
         if root in self._indexed:
             return
         self._indexed.add(root)
-        for node in ast.walk(root):
+        for node in walk(root):
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
 
@@ -90,7 +91,7 @@ class FileScope(FileText):
                     if isinstance(target, ast.Name):
                         found.setdefault(target.id, []).append(statement.value)
                     else:
-                        for name in ast.walk(target):
+                        for name in walk(target):
                             if isinstance(name, ast.Name):
                                 found.setdefault(name.id, []).append(None)
             elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):

@@ -6,6 +6,7 @@ import ast
 from collections.abc import Sequence
 from typing import Any
 
+from liftgate.detect.py_binding import walk
 from liftgate.model import Span
 
 # What `literal_value` returns for an expression that is no literal.
@@ -63,7 +64,7 @@ def node_span(node: ast.AST) -> Span:
 
 
 def names_in(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
 def join_names(names: Sequence[str]) -> str:

@@ -64,7 +64,10 @@ class Unsupported(Exception):
     """An operation on concrete values that the detector refuses to model (the lane becomes TOP)."""
 
 
-@dataclass(frozen=True, slots=True)
+# Not ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, which made
+# building values (millions per scan) four times slower. No code assigns to a value's fields; the
+# hash is the frozen one (from the fields), so values still key dicts and sets.
+@dataclass(slots=True, unsafe_hash=True)
 class AV:
     """An abstract value: per-lane sets of possible values, how it was derived, what it assumes.
 
@@ -133,20 +136,30 @@ def lane_count() -> int:
 
 
 def normalize(sets: list[frozenset[object]]) -> tuple[frozenset[object], ...]:
-    if all(s == sets[0] for s in sets):
-        return (sets[0],)
-    return tuple(sets)
+    first = sets[0]
+    for s in sets:
+        if s != first:
+            return tuple(sets)
+    return (first,)
 
 
 def combine(parts: Iterable[AV], sets: list[frozenset[object]]) -> AV:
     """A result lane set with the provenance of ``parts``."""
     parts = list(parts)
     normalized = normalize(sets)
+    inferred = False
+    if len(normalized) > 1:
+        for p in parts:
+            if p.inferred:
+                inferred = True
+                break
+    trails = [p.trail for p in parts if p.trail]
+    deps = [p.deps for p in parts if p.deps]
     return AV(
         normalized,
-        inferred=len(normalized) > 1 and any(p.inferred for p in parts),
-        trail=_merge_trail(*(p.trail for p in parts)),
-        deps=tuple(dict.fromkeys(d for p in parts for d in p.deps)),
+        inferred,
+        _merge_trail(*trails) if trails else (),
+        tuple(dict.fromkeys(d for group in deps for d in group)) if deps else (),
     )
 
 
@@ -184,22 +197,18 @@ def lift(fn: Callable[..., object], *args: AV, keep_classes: bool = False) -> AV
             sets.append(TOP_SET)
             continue
         out: set[object] = set()
-        top = False
-        for combo in itertools.product(*lanes):
-            if any(
-                isinstance(c, _Marker)
-                or (isinstance(c, Opaque) and not (keep_classes and isinstance(c, ClassRef)))
-                for c in combo
-            ):
-                top = True
-                break
-            try:
-                out.add(bounded(fn(*combo)))
-            except Unsupported:
-                top = True
-                break
-            except Exception:
-                continue
+        # Some combination holds an unknown or an opaque object exactly when some lane does (and
+        # none is empty): the result is then "anything", whatever the others give.
+        top = size > 0 and any(_unknowable(c, keep_classes) for s in lanes for c in s)
+        if not top:
+            for combo in itertools.product(*lanes):
+                try:
+                    out.add(bounded(fn(*combo)))
+                except Unsupported:
+                    top = True
+                    break
+                except Exception:
+                    continue
         if top or len(out) > MAX_SET:
             sets.append(TOP_SET)
         else:
@@ -208,6 +217,12 @@ def lift(fn: Callable[..., object], *args: AV, keep_classes: bool = False) -> AV
             except TypeError:
                 sets.append(TOP_SET)
     return combine(args, sets)
+
+
+def _unknowable(value: object, keep_classes: bool) -> bool:
+    return isinstance(value, _Marker) or (
+        isinstance(value, Opaque) and not (keep_classes and isinstance(value, ClassRef))
+    )
 
 
 def bounded(value: object) -> object:
@@ -228,20 +243,21 @@ class Truth3:
 
 def truth_lanes(value: AV) -> list[str]:
     """Per lane: certainly true, certainly false, or either."""
-    out = []
-    for i in range(lane_count()):
-        s = value.lane(i)
-        seen: set[bool] = set()
-        for v in s:
-            t = truthiness(v)
-            seen.update((True, False) if t is None else (t,))
-        if seen == {True}:
-            out.append(Truth3.TRUE)
-        elif seen == {False} or not seen:
-            out.append(Truth3.FALSE)
-        else:
-            out.append(Truth3.MAYBE)
-    return out
+    if value.uniform:  # every lane is the same set: read it once
+        return [_truth(value.sets[0])] * lane_count()
+    return [_truth(value.lane(i)) for i in range(lane_count())]
+
+
+def _truth(s: frozenset[object]) -> str:
+    seen: set[bool] = set()
+    for v in s:
+        t = truthiness(v)
+        seen.update((True, False) if t is None else (t,))
+    if seen == {True}:
+        return Truth3.TRUE
+    if seen == {False} or not seen:
+        return Truth3.FALSE
+    return Truth3.MAYBE
 
 
 def is_marker(value: object) -> bool:
