@@ -1,5 +1,5 @@
-"""The Python detector's hot value operations (`lift`, `combine`, `normalize`, `truth_lanes`) and its
-class-member lookup give exactly what their plain forms give: each is held here to a copy of the
+"""The Python detector's hot value operations (`lift`, `combine`, `normalize`, `truth_lanes`,
+`elements_of`, the reading of a name) and its class-member lookup give exactly what their plain forms give: each is held here to a copy of the
 form it replaced, on generated values (markers, opaque objects, class references, operations that
 raise, uniform and per-lane values)."""
 
@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liftgate.detect import pyvalues
+from liftgate.detect.py_domain import elements_of
 from liftgate.detect.py_eval import _class_members
 from liftgate.detect.pyvalues import (
     ANY_FALSE,
@@ -29,6 +30,7 @@ from liftgate.detect.pyvalues import (
     _merge_trail,
     bounded,
     combine,
+    infer_from_name,
     lane_count,
     lift,
     normalize,
@@ -223,3 +225,27 @@ def test_class_members_are_the_first_definition_the_plain_lookup_finds() -> None
     for name in ("x", "y", "a", "b", "z", "w", "obj", "attr", "c", "f", "g", "Inner", "h", "missing"):
         assert members.get(name) is _plain_member(node, name), name
     assert members["y"].lineno == 4 and members["f"].lineno == 9
+
+
+def plain_elements_of(value: AV) -> list[object]:
+    seen: dict[object, None] = {}
+    for s in value.sets:
+        for x in s:
+            seen.setdefault(x, None)
+    return list(seen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values())
+def test_elements_of_equals_its_plain_form(value: AV) -> None:
+    assert elements_of(value) == plain_elements_of(value)
+
+
+def test_a_name_read_twice_reads_the_same_and_callers_cannot_change_it() -> None:
+    for name in ("is_sm90", "is_sm100_or_later", "is_hopper", "supports_blackwell", "has_fp8", "sm_75"):
+        first = pyvalues._infer_from_name(name)
+        found = infer_from_name(name)
+        assert found == first
+        if found is not None:
+            found[0].clear()  # a caller's own copy
+        assert infer_from_name(name) == first

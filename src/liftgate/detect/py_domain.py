@@ -7,6 +7,8 @@ leave behind. Everything here works on values only: no syntax tree, no interpret
 
 from __future__ import annotations
 
+import itertools
+
 from liftgate.detect.pyvalues import (
     AV,
     MAX_SET,
@@ -68,11 +70,10 @@ def is_unknown(value: AV) -> bool:
 
 
 def elements_of(value: AV) -> list[object]:
-    seen: dict[object, None] = {}
-    for s in value.sets:
-        for x in s:
-            seen.setdefault(x, None)
-    return list(seen)
+    """Every value any lane holds, once each, in lane order."""
+    if len(value.sets) == 1:
+        return list(value.sets[0])
+    return list(dict.fromkeys(itertools.chain.from_iterable(value.sets)))
 
 
 def only_plain(value: AV) -> AV:

@@ -118,7 +118,12 @@ class Interpreter(Executor):
     def _worth_walking(self, module: Module, stmt: ast.AST) -> bool:
         mentions = self._mentions_device.get(id(stmt))
         if mentions is None:  # its text does not change: read once per statement
-            mentions = self._mentions_device[id(stmt)] = runtime_prefilter(module.segment(stmt).encode())
+            text = module.segment(stmt)
+            mentions = self._mentions_device[id(stmt)] = runtime_prefilter(text.encode())
+            if mentions:
+                return True
+            if id(stmt) not in self._identifier_cache:  # `_identifiers`, from the text just made
+                self._identifier_cache[id(stmt)] = frozenset(_IDENTIFIER.findall(text))
         if mentions:
             return True
         return not self._identifiers(module, stmt).isdisjoint(self.arch_names)
