@@ -8,11 +8,13 @@ from __future__ import annotations
 import ast
 import itertools
 from collections.abc import Callable
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liftgate.detect import pyvalues
+from liftgate.detect.py_binding import Module, walk
 from liftgate.detect.py_domain import elements_of
 from liftgate.detect.py_eval import _class_members
 from liftgate.detect.pyvalues import (
@@ -249,3 +251,36 @@ def test_a_name_read_twice_reads_the_same_and_callers_cannot_change_it() -> None
         if found is not None:
             found[0].clear()  # a caller's own copy
         assert infer_from_name(name) == first
+
+
+def _plain_segment(lines: list[str], node: ast.AST) -> str:
+    start, end = node.lineno, node.end_lineno  # type: ignore[attr-defined]
+    col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+    if start == end:
+        return lines[start - 1].encode()[col:end_col].decode(errors="replace")
+    first = lines[start - 1].encode()[col:].decode(errors="replace")
+    last = lines[end - 1].encode()[:end_col].decode(errors="replace")
+    return "".join([first, *lines[start : end - 1], last])
+
+
+_SOURCES = [
+    "x = 1\nif is_sm90() and name == 'héllo':\n    y = f(x,\n          'ünïcode', z)\n",
+    "def f(a):\n    s = '日本語'; t = a.b\n    return s\n\x0cclass K:\n    v = 'ß' if c else 'x'\n",
+    "async def g():\n    await h('\u2028')\n    return [i for i in range(3) if i]\n",
+]
+
+
+def test_a_segment_is_the_text_the_columns_name() -> None:
+    fixtures = sorted((Path(__file__).parent / "fixtures").rglob("*.py"))
+    texts = _SOURCES + [p.read_text(encoding="utf-8") for p in fixtures[:40]]
+    checked = 0
+    for text in texts:
+        tree = ast.parse(text)
+        module = Module("m", "p", None, "m.py", text, tree, False)
+        lines = text.splitlines(keepends=True)
+        for node in walk(tree):
+            if getattr(node, "end_lineno", None) is None or node.end_lineno > len(lines):  # type: ignore[attr-defined]
+                continue
+            assert module.segment(node) == _plain_segment(lines, node)
+            checked += 1
+    assert checked > 1000

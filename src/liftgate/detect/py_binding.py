@@ -114,11 +114,16 @@ class Module:
                 return ast.unparse(node)
             except Exception:
                 return "…"
+        # Columns count bytes of UTF-8; on an ASCII line (a flag of the string, read in constant
+        # time) they count characters too, and the line is cut without encoding it.
         if start == end:
             line: str = lines[start - 1]
+            if line.isascii():
+                return line[col:end_col]
             return line.encode()[col:end_col].decode(errors="replace")
-        first = lines[start - 1].encode()[col:].decode(errors="replace")
-        last = lines[end - 1].encode()[:end_col].decode(errors="replace")
+        head, tail = lines[start - 1], lines[end - 1]
+        first = head[col:] if head.isascii() else head.encode()[col:].decode(errors="replace")
+        last = tail[:end_col] if tail.isascii() else tail.encode()[:end_col].decode(errors="replace")
         return "".join([first, *lines[start : end - 1], last])
 
     def resolve_relative(self, level: int, module: str | None) -> str:
