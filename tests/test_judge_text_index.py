@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from liftgate.detect import cpp_tokens
 from liftgate.detect.cpp_lex import LITERALS
+from liftgate.detect.py_binding import walk
 from liftgate.judge import verdict
-from liftgate.judge.pyregion import PyFunctions, _walk
+from liftgate.judge.pyregion import PyFunctions
 from liftgate.judge.region import _CALL, FileStore, _declaration
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -109,7 +110,7 @@ def test_literal_blanking_equals_the_substitution(text: str) -> None:
 def test_walk_is_ast_walk_in_its_order() -> None:
     for path in sorted((Path(__file__).parents[1] / "src" / "liftgate").rglob("*.py"))[:60]:
         tree = ast.parse(path.read_text())
-        assert [id(n) for n in _walk(tree)] == [id(n) for n in ast.walk(tree)], path
+        assert [id(n) for n in walk(tree)] == [id(n) for n in ast.walk(tree)], path
     funcs = PyFunctions.parse(
         "def f():\n    g()\n    def f(): h.i()\nclass C:\n    async def f(self): pass\n"
     )

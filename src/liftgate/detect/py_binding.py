@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 
 def walk(tree: ast.AST) -> Iterator[ast.AST]:
-    """``walk(tree)``, in its order (breadth first), without its two generators per node: it
+    """``ast.walk(tree)``, in its order (breadth first), without its two generators per node: it
     took a third of the time to read a file's functions (the judge's index of a Python file, and
     the interpreter's reads of a function's names)."""
     todo: deque[ast.AST] = deque([tree])
@@ -114,20 +114,22 @@ class Module:
                 return ast.unparse(node)
             except Exception:
                 return "…"
-        # Columns count bytes of UTF-8; on an ASCII line (a flag of the string, read in constant
-        # time) they count characters too, and the line is cut without encoding it.
         if start == end:
-            line: str = lines[start - 1]
-            if line.isascii():
-                return line[col:end_col]
-            return line.encode()[col:end_col].decode(errors="replace")
-        head, tail = lines[start - 1], lines[end - 1]
-        first = head[col:] if head.isascii() else head.encode()[col:].decode(errors="replace")
-        last = tail[:end_col] if tail.isascii() else tail.encode()[:end_col].decode(errors="replace")
+            return _columns(lines[start - 1], col, end_col)
+        first, last = _columns(lines[start - 1], col, None), _columns(lines[end - 1], 0, end_col)
         return "".join([first, *lines[start : end - 1], last])
 
     def resolve_relative(self, level: int, module: str | None) -> str:
         return resolve_relative(self.name, self.is_package, level, module)
+
+
+def _columns(line: str, start: int, end: int | None) -> str:
+    """Columns ``start`` to ``end`` of ``line``, which count bytes of UTF-8. On an ASCII line (a
+    flag of the string, read in constant time) they count characters too: it is cut without
+    being encoded."""
+    if line.isascii():
+        return line[start:end]
+    return line.encode()[start:end].decode(errors="replace")
 
 
 def collect_bindings(module: Module) -> None:

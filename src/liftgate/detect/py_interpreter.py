@@ -109,24 +109,23 @@ class Interpreter(Executor):
             self._walked_functions[node_id] = (stmt, frame, scope, cls)
             self._function_order[node_id] = len(self._function_order)
 
-    def _identifiers(self, module: Module, node: ast.AST) -> frozenset[str]:
+    def _identifiers(self, module: Module, node: ast.AST, text: str | None = None) -> frozenset[str]:
+        """The identifiers of ``node``'s text, read once (``text``: that text, when the caller has
+        just cut it)."""
         found = self._identifier_cache.get(id(node))
         if found is None:
-            found = self._identifier_cache[id(node)] = frozenset(_IDENTIFIER.findall(module.segment(node)))
+            found = self._identifier_cache[id(node)] = frozenset(
+                _IDENTIFIER.findall(module.segment(node) if text is None else text)
+            )
         return found
 
     def _worth_walking(self, module: Module, stmt: ast.AST) -> bool:
         mentions = self._mentions_device.get(id(stmt))
+        text = None
         if mentions is None:  # its text does not change: read once per statement
             text = module.segment(stmt)
             mentions = self._mentions_device[id(stmt)] = runtime_prefilter(text.encode())
-            if mentions:
-                return True
-            if id(stmt) not in self._identifier_cache:  # `_identifiers`, from the text just made
-                self._identifier_cache[id(stmt)] = frozenset(_IDENTIFIER.findall(text))
-        if mentions:
-            return True
-        return not self._identifiers(module, stmt).isdisjoint(self.arch_names)
+        return mentions or not self._identifiers(module, stmt, text).isdisjoint(self.arch_names)
 
     def _walk_block(
         self,

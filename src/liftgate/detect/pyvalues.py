@@ -481,17 +481,16 @@ def _number_caps(number: int) -> set[tuple[int, int]]:
     return {(major, minor)}
 
 
-_INFERRED: dict[str, tuple[frozenset[tuple[int, int]], str] | None] = {}
-
-
 def infer_from_name(name: str) -> tuple[set[tuple[int, int]], str] | None:
     """The capabilities an arch-named predicate plausibly admits, and the rule used."""
-    # The interpreter asks about every unknown name it meets, most of them many times.
-    if name not in _INFERRED:
-        found = _infer_from_name(name)
-        _INFERRED[name] = (frozenset(found[0]), found[1]) if found is not None else None
-    known = _INFERRED[name]
+    known = _inferred(name)
     return (set(known[0]), known[1]) if known is not None else None
+
+
+@cache  # the interpreter asks about every unknown name it meets, most of them many times
+def _inferred(name: str) -> tuple[frozenset[tuple[int, int]], str] | None:
+    found = _infer_from_name(name)
+    return (frozenset(found[0]), found[1]) if found is not None else None
 
 
 def _infer_from_name(name: str) -> tuple[set[tuple[int, int]], str] | None:

@@ -41,7 +41,7 @@ class PyFunctions:
             return cls({}, [])
         spans: dict[str, list[tuple[int, int]]] = {}
         calls: set[tuple[int, str]] = set()
-        for node in _walk(tree):
+        for node in walk(tree):  # breadth first, as ast.walk: a name's spans keep that order
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 spans.setdefault(node.name, []).append((node.lineno, node.end_lineno or node.lineno))
             elif isinstance(node, ast.Call):
@@ -70,9 +70,6 @@ class PyFunctions:
                 break
             out.append((name, line))
         return out
-
-
-_walk = walk  # the detector's: ast.walk's order, faster
 
 
 @dataclass
