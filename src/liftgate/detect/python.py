@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import gc
 import posixpath
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from liftgate.collector import collector_off
 from liftgate.detect.interface import not_analysed
 from liftgate.detect.py_binding import (
     Module,
@@ -363,52 +363,49 @@ class PythonAnalyzer:
         sys.setrecursionlimit(max(limit, 6000))
         # Syntax trees are millions of long-lived objects without cycles: the cyclic collector only
         # rescans them again and again (it made single parses take 15 s instead of 0.2 s).
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
         try:
-            for _round in range(2):
-                for name in sorted(todo):
-                    walked.add(name)
-                    module = self._load(name)
-                    if module is None:
-                        continue
-                    sink = GateEmitter(module)
-                    sinks.append(sink)
-                    try:
-                        self.interpreter.function_gate_walk(module, sink)
-                    except RecursionError:  # a last resort: evaluation depth is bounded
-                        self.skips.append(
-                            Skip(
-                                module.path,
-                                "too deeply nested to analyse; some gates may be missing",
-                                module.package,
+            with collector_off():
+                for _round in range(2):
+                    for name in sorted(todo):
+                        walked.add(name)
+                        module = self._load(name)
+                        if module is None:
+                            continue
+                        sink = GateEmitter(module)
+                        sinks.append(sink)
+                        try:
+                            self.interpreter.function_gate_walk(module, sink)
+                        except RecursionError:  # a last resort: evaluation depth is bounded
+                            self.skips.append(
+                                Skip(
+                                    module.path,
+                                    "too deeply nested to analyse; some gates may be missing",
+                                    module.package,
+                                )
                             )
-                        )
-                    except Exception as exc:  # a bug: this module's gates are lost, not the others'
-                        self.skips.append(not_analysed(module.path, module.package, exc))
-                for _again in range(4):
-                    known = len(self.interpreter.arch_names)
-                    with contextlib.suppress(RecursionError):
-                        self.interpreter.walk_deferred()
-                    with contextlib.suppress(RecursionError):
-                        parametric = self.interpreter.walk_parametric()
-                    if len(self.interpreter.arch_names) == known and not parametric:
+                        except Exception as exc:  # a bug: this module's gates are lost, not the others'
+                            self.skips.append(not_analysed(module.path, module.package, exc))
+                    for _again in range(4):
+                        known = len(self.interpreter.arch_names)
+                        with contextlib.suppress(RecursionError):
+                            self.interpreter.walk_deferred()
+                        with contextlib.suppress(RecursionError):
+                            parametric = self.interpreter.walk_parametric()
+                        if len(self.interpreter.arch_names) == known and not parametric:
+                            break
+                    names = sorted(
+                        n for n in self.interpreter.arch_names if len(n) > 3 and not n.startswith("__")
+                    )
+                    if not names:
                         break
-                names = sorted(
-                    n for n in self.interpreter.arch_names if len(n) > 3 and not n.startswith("__")
-                )
-                if not names:
-                    break
-                wanted = {n.encode() for n in names}
-                todo = {
-                    name for name in self._sources
-                    if name not in walked and not self._identifiers(name).isdisjoint(wanted)
-                }  # fmt: skip
-                self._loadable |= todo
+                    wanted = {n.encode() for n in names}
+                    todo = {
+                        name for name in self._sources
+                        if name not in walked and not self._identifiers(name).isdisjoint(wanted)
+                    }  # fmt: skip
+                    self._loadable |= todo
         finally:
             sys.setrecursionlimit(limit)
-            if gc_was_enabled:
-                gc.enable()
         for path in self.interpreter.too_deep:
             package = next((src.package for src in self._sources.values() if src.path == path), None)
             self.skips.append(

@@ -8,12 +8,12 @@ for ties: gates are sorted by package, path and line, and a stable sort keeps de
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from liftgate.collector import collector_off
 from liftgate.detect.binary import detect_binaries, is_binary_candidate
 from liftgate.detect.buildflags import link_build_flags
 from liftgate.detect.cfamily import CFamilyDetector
@@ -71,9 +71,7 @@ class PythonDetector:
         skips: list[Skip] = []
         # Hundreds of syntax trees stay alive for the whole phase; the cyclic collector would rescan
         # them on every allocation burst (it tripled the time of this phase). There are no cycles to find.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_off():
             analyzer = PythonAnalyzer(
                 (source_from_file(f.package, f.version, f.path, f.fspath) for f in files),
                 max_file_size=min(batch.settings.max_file_size, DEFAULT_MAX_PY_FILE_SIZE),
@@ -107,9 +105,6 @@ class PythonDetector:
             # Dropped while the collector is still off: freed by reference counts, not by a full
             # collection over millions of syntax-tree objects the moment it is back on.
             del analyzer
-        finally:
-            if gc_was_enabled:
-                gc.enable()
         return Detection(tuple(gates), tuple(skips))
 
     def reset(self) -> None:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from liftgate.arch.core import Arch, universe
+from liftgate.collector import collector_off
 from liftgate.judge.catalog import Feature, load_catalog
 from liftgate.judge.pyregion import PyFunctions, branch_calls
 from liftgate.judge.region import (
@@ -667,13 +668,8 @@ def _every_few_runs() -> Callable[[], None]:
 def _collected_every_few_runs() -> Iterator[Callable[[], None]]:
     """The cyclic collector off inside, collecting through the `_every_few_runs` function it
     yields; the collector's state is restored on the way out."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         yield _every_few_runs()
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _runs(todo: Sequence[Gate]) -> list[Sequence[Gate]]:

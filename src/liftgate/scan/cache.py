@@ -9,7 +9,6 @@ data), so an upgrade or a local edit never serves stale gates. Any damage means 
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import marshal
 import os
@@ -22,6 +21,7 @@ from typing import Any
 
 from liftgate._version import __version__
 from liftgate.arch.core import ArchSet
+from liftgate.collector import collector_off
 from liftgate.model import (
     BinaryCoverage,
     BuildFlag,
@@ -58,6 +58,7 @@ def fingerprinted_files() -> list[Path]:
     return sorted(
         [
             root / "model.py",
+            root / "collector.py",  # imported by the detectors, though it decides no result
             *root.glob("scan/*.py"),
             *root.glob("detect/*.py"),
             *root.glob("arch/*.py"),
@@ -174,20 +175,16 @@ class ScanCache:
         if not (isinstance(value, tuple) and len(value) == 3):
             return None
         # Thousands of small objects at once: the cyclic GC would only slow this down.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            gate_rows, skip_rows, op_rows = value
-            return (
-                [gate_from_row(row) for row in gate_rows],
-                [Skip(*row) for row in skip_rows],
-                [op_from_row(row) for row in op_rows],
-            )
-        except (TypeError, ValueError, KeyError):
-            return None
-        finally:
-            if enabled:
-                gc.enable()
+        with collector_off():
+            try:
+                gate_rows, skip_rows, op_rows = value
+                return (
+                    [gate_from_row(row) for row in gate_rows],
+                    [Skip(*row) for row in skip_rows],
+                    [op_from_row(row) for row in op_rows],
+                )
+            except (TypeError, ValueError, KeyError):
+                return None
 
     def store_result(
         self, key: str, gates: list[Gate], skips: list[Skip], ops: Sequence[TorchOp] = ()
