@@ -86,6 +86,9 @@ class Batch:
     jobs: int = 1
     cache: DetectorCache | None = None  # the scan cache, for a detector that caches its own work
     ops: tuple[TorchOp, ...] = ()  # published by the detectors that ran before (part of the cache key)
+    # The process ends once this detection is sent (a run-ahead process): what the detector built
+    # need not be freed, and freeing millions of syntax-tree objects took seconds.
+    process_ends: bool = False
 
 
 class Detector(Protocol):

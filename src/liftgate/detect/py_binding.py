@@ -133,42 +133,46 @@ def _columns(line: str, start: int, end: int | None) -> str:
 
 
 def collect_bindings(module: Module) -> None:
-    def visit(stmts: list[ast.stmt]) -> None:
-        for stmt in stmts:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                kind = "class" if isinstance(stmt, ast.ClassDef) else "def"
-                module.bindings.setdefault(stmt.name, []).append((kind, stmt, None))
-            elif isinstance(stmt, ast.Assign):
-                for target in stmt.targets:
-                    _bind_target(module.bindings, target, stmt.value)
-            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-                _bind_target(module.bindings, stmt.target, stmt.value)
-            elif isinstance(stmt, ast.Import):
-                for alias in stmt.names:
-                    if alias.asname:
-                        module.bindings.setdefault(alias.asname, []).append(("module", stmt, alias.name))
-                    else:
-                        top = alias.name.split(".")[0]
-                        module.bindings.setdefault(top, []).append(("module", stmt, top))
-            elif isinstance(stmt, ast.ImportFrom):
-                source = (
-                    module.resolve_relative(stmt.level, stmt.module) if stmt.level else (stmt.module or "")
-                )
-                for alias in stmt.names:
-                    if alias.name == "*":
-                        module.star_imports.append(source)
-                    else:
-                        module.bindings.setdefault(alias.asname or alias.name, []).append(
-                            ("from", stmt, (source, alias.name))
-                        )
-            elif isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-                for block in ("body", "orelse", "finalbody"):
-                    visit(getattr(stmt, block, []) or [])
-                for handler in getattr(stmt, "handlers", []) or []:
-                    visit(handler.body)
-
-    visit(module.tree.body)
+    _bind_block(module, module.tree.body)
     _bind_rebound_globals(module)
+
+
+def _bind_block(module: Module, stmts: list[ast.stmt]) -> None:
+    """The bindings of a block of module-level statements, and of the blocks nested in them.
+
+    A function of the module, not a closure of `collect_bindings`: a closure that calls itself
+    is a reference cycle, and one holding the module kept every syntax tree alive until the
+    cyclic collector ran (`liftgate.collector`)."""
+    for stmt in stmts:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            kind = "class" if isinstance(stmt, ast.ClassDef) else "def"
+            module.bindings.setdefault(stmt.name, []).append((kind, stmt, None))
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                _bind_target(module.bindings, target, stmt.value)
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            _bind_target(module.bindings, stmt.target, stmt.value)
+        elif isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    module.bindings.setdefault(alias.asname, []).append(("module", stmt, alias.name))
+                else:
+                    top = alias.name.split(".")[0]
+                    module.bindings.setdefault(top, []).append(("module", stmt, top))
+        elif isinstance(stmt, ast.ImportFrom):
+            source = module.resolve_relative(stmt.level, stmt.module) if stmt.level else (stmt.module or "")
+            for alias in stmt.names:
+                if alias.name == "*":
+                    module.star_imports.append(source)
+                else:
+                    module.bindings.setdefault(alias.asname or alias.name, []).append(
+                        ("from", stmt, (source, alias.name))
+                    )
+        elif isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for block in ("body", "orelse", "finalbody"):
+                _bind_block(module, getattr(stmt, block, []) or [])
+            for handler in getattr(stmt, "handlers", []) or []:
+                _bind_block(module, handler.body)
 
 
 _GLOBAL_STATEMENT = re.compile(r"^[ \t]*global[ \t]+\w", re.MULTILINE)

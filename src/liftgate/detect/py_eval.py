@@ -10,7 +10,6 @@ API or builtin is modelled (`liftgate.detect.py_models`). Statements are
 from __future__ import annotations
 
 import ast
-import contextlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -617,47 +616,45 @@ class Evaluator(Scopes):
         if known is not None:
             return known
         roots: list[ClassRef] = []
-        as_instance = True
-
-        def visit(expr: ast.expr, depth: int) -> None:
-            nonlocal as_instance
-            if depth > 4:
-                return
-            if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
-                with contextlib.suppress(SyntaxError):
-                    visit(ast.parse(expr.value, mode="eval").body, depth + 1)
-                return
-            if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
-                visit(expr.left, depth)
-                visit(expr.right, depth)
-                return
-            if isinstance(expr, ast.Subscript):
-                head = (
-                    expr.value.attr
-                    if isinstance(expr.value, ast.Attribute)
-                    else getattr(expr.value, "id", "")
-                )
-                inner = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
-                if head in ("type", "Type"):
-                    as_instance = False
-                if head in ("type", "Type", "Optional", "Union"):
-                    for item in inner:
-                        visit(item, depth + 1)
-                return
-            if isinstance(expr, ast.Name):
-                bound = _typevar_bound(module, expr.id)
-                if bound is not None:
-                    visit(bound, depth + 1)
-                    return
-            if isinstance(expr, (ast.Name, ast.Attribute)):
-                for element in elements_of(self.eval(expr, Frame(module, {}, {}))):
-                    if isinstance(element, ClassRef) and element not in roots:
-                        roots.append(element)
-
-        visit(annotation, 0)
+        as_instance = self._annotation_classes(annotation, module, 0, roots)
         result = (tuple(roots), as_instance)
         self._declared[id(annotation)] = result
         return result
+
+    def _annotation_classes(self, expr: ast.expr, module: Module, depth: int, roots: list[ClassRef]) -> bool:
+        """`_declared_family`'s reading of one annotation: the classes it names go to ``roots``;
+        False when it names a class object (``type[A]``) rather than an instance. A method, not a
+        closure that calls itself: such a closure is a reference cycle, and one holding the
+        interpreter kept every syntax tree alive until the cyclic collector ran."""
+        if depth > 4:
+            return True
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            try:
+                parsed = ast.parse(expr.value, mode="eval").body
+            except SyntaxError:
+                return True
+            return self._annotation_classes(parsed, module, depth + 1, roots)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
+            left = self._annotation_classes(expr.left, module, depth, roots)
+            right = self._annotation_classes(expr.right, module, depth, roots)
+            return left and right
+        if isinstance(expr, ast.Subscript):
+            head = expr.value.attr if isinstance(expr.value, ast.Attribute) else getattr(expr.value, "id", "")
+            inner = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+            as_instance = head not in ("type", "Type")
+            if head in ("type", "Type", "Optional", "Union"):
+                for item in inner:
+                    as_instance = self._annotation_classes(item, module, depth + 1, roots) and as_instance
+            return as_instance
+        if isinstance(expr, ast.Name):
+            bound = _typevar_bound(module, expr.id)
+            if bound is not None:
+                return self._annotation_classes(bound, module, depth + 1, roots)
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            for element in elements_of(self.eval(expr, Frame(module, {}, {}))):
+                if isinstance(element, ClassRef) and element not in roots:
+                    roots.append(element)
+        return True
 
     def _worth_choosing(self, choice: RuntimeChoice, name: str, frame: Frame, node: ast.AST) -> bool:
         """Whether walking once per candidate can change a reading: some candidate's ``name``,

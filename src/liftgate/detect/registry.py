@@ -102,8 +102,10 @@ class PythonDetector:
                 skips.extend(detection.skips)
             skips.extend(analyzer.skips)
             gates.extend(op_gates(batch.ops, analyzer.interpreter.op_calls, gates))
-            # Dropped while the collector is still off: freed by reference counts, not by a full
-            # collection over millions of syntax-tree objects the moment it is back on.
+            # Emptied and dropped while the collector is still off: freed by reference counts, not
+            # by a collection over millions of syntax-tree objects the moment it is back on.
+            if not batch.process_ends:
+                analyzer.close()
             del analyzer
         return Detection(tuple(gates), tuple(skips))
 

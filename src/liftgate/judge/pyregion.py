@@ -95,28 +95,39 @@ def branch_calls(
     the package (by ``def name(``; ambiguous names give every definition).
     """
     facts = BranchFacts()
-    seen: set[tuple[int, int, int]] = set()
-
-    def walk(funcs: PyFunctions, lo: int, hi: int, level: int) -> None:
-        for name, line in funcs.calls_in(lo, hi):
-            if name not in facts.calls:
-                facts.calls.append(name)
-            if name in generator_names:
-                facts.generators.setdefault(name, line)
-                continue
-            if level >= MAX_DEPTH:
-                continue
-            targets = [(funcs, a, b) for a, b in funcs.spans.get(name, ())]
-            if not targets and resolve is not None:
-                targets = resolve(name)
-            for owner, a, b in targets:
-                key = (id(owner), a, b)
-                if key in seen or (owner is funcs and a <= lo and hi <= b):
-                    continue
-                seen.add(key)
-                if name not in facts.followed:
-                    facts.followed.append(name)
-                walk(owner, a, b, level + 1)
-
-    walk(functions, first, last, 0)
+    _follow_calls(functions, first, last, 0, facts, set(), generator_names, resolve)
     return facts
+
+
+def _follow_calls(
+    funcs: PyFunctions,
+    lo: int,
+    hi: int,
+    level: int,
+    facts: BranchFacts,
+    seen: set[tuple[int, int, int]],
+    generator_names: set[str],
+    resolve: Resolver | None,
+) -> None:
+    """`branch_calls`' walk of lines ``lo..hi`` of ``funcs`` at depth ``level``. A function of the
+    module, not a closure that calls itself: such a closure is a reference cycle, and it held the
+    region analyser (through ``resolve``) until the cyclic collector ran."""
+    for name, line in funcs.calls_in(lo, hi):
+        if name not in facts.calls:
+            facts.calls.append(name)
+        if name in generator_names:
+            facts.generators.setdefault(name, line)
+            continue
+        if level >= MAX_DEPTH:
+            continue
+        targets = [(funcs, a, b) for a, b in funcs.spans.get(name, ())]
+        if not targets and resolve is not None:
+            targets = resolve(name)
+        for owner, a, b in targets:
+            key = (id(owner), a, b)
+            if key in seen or (owner is funcs and a <= lo and hi <= b):
+                continue
+            seen.add(key)
+            if name not in facts.followed:
+                facts.followed.append(name)
+            _follow_calls(owner, a, b, level + 1, facts, seen, generator_names, resolve)

@@ -14,6 +14,7 @@ calls on the result (`liftgate.judge.judge_scan`, `liftgate.chain.find_chains`,
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import time
@@ -352,10 +353,16 @@ def _detect_ahead(
 
     (detector,) = (d for d in DETECTORS if d.name == name)
     detector.reset()
+    # The process ends once the detection is sent: the cyclic collector is not run at all (its first
+    # pass after the Python detector scanned millions of syntax-tree objects), and nothing is freed.
+    gc.disable()
     try:
         found: Detection | None = detector.detect(
-            Batch(files, workspace, settings, NullObserver(), None, None, 1, ScanCache(None), ())
-        )
+            Batch(
+                files, workspace, settings, NullObserver(), None, None, 1, ScanCache(None), (),
+                process_ends=True,
+            )
+        )  # fmt: skip
     except Exception:
         found = None
     send.send(found)
