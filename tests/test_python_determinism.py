@@ -104,3 +104,60 @@ def test_a_lone_import_name_never_means_a_module_inside_a_scanned_package() -> N
     assert scopes.has_module("b12x._lib.gating")
     assert scopes.has_module("sglang.srt.x")
     assert scopes.has_module("mhc.torch")  # dotted: a tree scanned from within
+
+
+LOOKUP = """
+import os
+
+import torch
+
+FLAGS = {"sm_100a": ["-DSM100"], "sm_103a": ["-DSM103"], "sm_110a": ["-DSM110"]}
+
+
+def target():
+    major, minor = torch.cuda.get_device_capability()
+    if major == 10:
+        return "sm_103a" if os.environ.get("FAMILY") else "sm_100a"  # both, on one device
+    return "sm_110a"
+
+
+def flags():
+    return FLAGS[target()]
+
+
+def build():
+    if flags() == ["-DSM100"]:  # gate: lookup
+        return "sm100"
+    return "other"
+"""
+
+EVIDENCE_PROBE = """
+import json, sys
+from liftgate.detect.python import PythonAnalyzer, source_from_file
+gates = PythonAnalyzer([source_from_file("pkg", None, "pkg/jit.py", sys.argv[1])]).analyze()
+print(json.dumps([[g.id, g.condition, [(e.text, e.line) for e in g.evidence]] for g in gates]))
+"""
+
+
+def test_a_gates_evidence_is_in_the_same_order_on_every_hash_seed(tmp_path: Path) -> None:
+    """A dict looked up with a key that differs between devices (``FLAGS[target()]``, FlashInfer
+    0.7.2's ``{"sm_100a": …, "sm_103a": …}[…]``) shows one lookup per key as evidence; they were in
+    the order of a set of strings, which the hash seed decides, so two scans of the same files gave
+    two reports."""
+    path = tmp_path / "jit.py"
+    path.write_text(LOOKUP)
+    runs = set()
+    for seed in range(8):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run(
+            [sys.executable, "-c", EVIDENCE_PROBE, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        ).stdout
+        runs.add(out)
+    assert len(runs) == 1, "the evidence depends on the hash seed"
+    (gate,) = [g for g in json.loads(runs.pop()) if g[1] == 'flags() == ["-DSM100"]']
+    lookups = [text for text, _line in gate[2] if text.startswith("FLAGS[")]
+    assert len(lookups) == 3, gate

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -309,7 +309,7 @@ class Evaluator(Scopes):
             return value
 
         try:
-            lanes = [[value_for(k) for k in s] for s in key.sets]
+            lanes = [[value_for(k) for k in _in_stable_order(s)] for s in key.sets]
         except TypeError:  # an unhashable key
             return TOP
         parts = list(by_key.values())
@@ -1272,6 +1272,15 @@ def _def_line(cls: ast.ClassDef, name: str) -> int | None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
             return stmt.lineno
     return cls.lineno
+
+
+def _in_stable_order(keys: frozenset[object]) -> Iterable[object]:
+    """A set's elements in an order of their own (type, then ``repr``), not the set's: the order of a
+    set of strings is the hash seed's, and it ordered the evidence of a lookup with several keys
+    on one device, so two scans of the same files gave two reports."""
+    if len(keys) < 2:
+        return keys
+    return sorted(keys, key=lambda k: (type(k).__name__, repr(k)))
 
 
 def _render_lookup(expr_text: str, key: object, found: AV) -> str:
