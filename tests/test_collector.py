@@ -12,6 +12,8 @@ import pytest
 from liftgate.collector import collector_off
 from liftgate.detect.py_binding import Module
 from liftgate.detect.python import PythonAnalyzer
+from liftgate.judge.region import RegionAnalyzer
+from liftgate.judge.verdict import judge_scan
 from liftgate.scan import scan
 from test_python_detector import fixture_sources
 
@@ -76,3 +78,11 @@ def test_a_scan_leaves_no_syntax_tree_to_the_cyclic_collector() -> None:
 
     leftover = _cyclic_garbage_after(run)
     assert not [o for o in leftover if isinstance(o, (ast.AST, Module))]
+
+
+def test_judging_leaves_no_region_analyser_to_the_cyclic_collector() -> None:
+    # `branch_calls`' walk was a closure that called itself and held the analyser's resolver.
+    fixtures = Path(__file__).parent / "fixtures"
+    report = scan([str(fixtures / "python"), str(fixtures / "cuda")], ["sm_120"], jobs=1, use_cache=False)
+    leftover = _cyclic_garbage_after(lambda: judge_scan(report, jobs=1))
+    assert not [o for o in leftover if isinstance(o, RegionAnalyzer)]
