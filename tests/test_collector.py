@@ -17,6 +17,8 @@ from liftgate.judge.verdict import judge_scan
 from liftgate.scan import scan
 from test_python_detector import fixture_sources
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_the_collector_is_off_inside_and_as_it_was_after(enabled: bool) -> None:
@@ -68,11 +70,9 @@ def test_a_python_analysis_closed_leaves_its_syntax_trees_to_reference_counts() 
 
 
 def test_a_scan_leaves_no_syntax_tree_to_the_cyclic_collector() -> None:
-    fixtures = Path(__file__).parent / "fixtures"
-
     def run() -> None:
         report = scan(
-            [str(fixtures / "python"), str(fixtures / "pybuild")], ["sm_120"], jobs=1, use_cache=False
+            [str(FIXTURES / "python"), str(FIXTURES / "pybuild")], ["sm_120"], jobs=1, use_cache=False
         )
         assert report.gates
 
@@ -82,7 +82,6 @@ def test_a_scan_leaves_no_syntax_tree_to_the_cyclic_collector() -> None:
 
 def test_judging_leaves_no_region_analyser_to_the_cyclic_collector() -> None:
     # `branch_calls`' walk was a closure that called itself and held the analyser's resolver.
-    fixtures = Path(__file__).parent / "fixtures"
-    report = scan([str(fixtures / "python"), str(fixtures / "cuda")], ["sm_120"], jobs=1, use_cache=False)
+    report = scan([str(FIXTURES / "python"), str(FIXTURES / "cuda")], ["sm_120"], jobs=1, use_cache=False)
     leftover = _cyclic_garbage_after(lambda: judge_scan(report, jobs=1))
     assert not [o for o in leftover if isinstance(o, RegionAnalyzer)]

@@ -65,18 +65,23 @@ print(json.dumps(sorted([g.id, g.location.path, g.location.line, g.admitted.name
 """
 
 
+def _outputs_per_seed(probe: str, args: list[str], seeds: int) -> set[str]:
+    """The distinct outputs of ``probe`` run in a fresh interpreter under hash seeds 0 .. seeds - 1."""
+    runs = set()
+    for seed in range(seeds):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run(
+            [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True, env=env
+        ).stdout
+        runs.add(out)
+    return runs
+
+
 def test_two_modules_of_one_name_are_both_walked_on_every_hash_seed(tmp_path: Path) -> None:
     for rel, text in FILES.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    runs = set()
-    for seed in range(6):
-        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
-        out = subprocess.run(
-            [sys.executable, "-c", PROBE, str(tmp_path), *FILES],
-            capture_output=True, text=True, check=True, env=env,
-        ).stdout  # fmt: skip
-        runs.add(out)
+    runs = _outputs_per_seed(PROBE, [str(tmp_path), *FILES], seeds=6)
     assert len(runs) == 1, "the gates depend on the hash seed"
     gates = json.loads(runs.pop())
     paths = {path for _id, path, _line, _admitted in gates}
@@ -146,17 +151,7 @@ def test_a_gates_evidence_is_in_the_same_order_on_every_hash_seed(tmp_path: Path
     two reports."""
     path = tmp_path / "jit.py"
     path.write_text(LOOKUP)
-    runs = set()
-    for seed in range(8):
-        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
-        out = subprocess.run(
-            [sys.executable, "-c", EVIDENCE_PROBE, str(path)],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=env,
-        ).stdout
-        runs.add(out)
+    runs = _outputs_per_seed(EVIDENCE_PROBE, [str(path)], seeds=8)
     assert len(runs) == 1, "the evidence depends on the hash seed"
     (gate,) = [g for g in json.loads(runs.pop()) if g[1] == 'flags() == ["-DSM100"]']
     lookups = [text for text, _line in gate[2] if text.startswith("FLAGS[")]
