@@ -6,10 +6,11 @@ aside) are byte-identical."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,7 +19,7 @@ from liftgate.judge import verdict
 from liftgate.judge.verdict import judge_scan
 from liftgate.report import OutputFormat, render
 from liftgate.report.interface import RenderOptions, Show
-from liftgate.scan import scan
+from liftgate.scan import run, scan
 from test_cuda_detector import CYCLE as CUDA_CYCLE
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -41,11 +42,14 @@ def _one_file_chunks(items: Sequence[T], parts: int, min_size: int) -> list[list
     return [[item] for item in items]
 
 
-def _report(trees: list[str], jobs: int) -> str:
+def _report(trees: list[str], jobs: int, judge_ahead: bool = False) -> str:
     report = judge_scan(
-        scan(trees, ["sm_120", "sm_90", "sm_121a"], cuda_version=(13, 0), jobs=jobs, use_cache=False),
+        scan(
+            trees, ["sm_120", "sm_90", "sm_121a"], cuda_version=(13, 0), jobs=jobs, use_cache=False,
+            judge_ahead=judge_ahead,
+        ),
         jobs=jobs,
-    )
+    )  # fmt: skip
     doc = json.loads(render(report, OutputFormat.JSON, RenderOptions(show=Show.ALL)))
     doc.pop("elapsed_s", None)
     doc.get("summary", {}).pop("elapsed_s", None)
@@ -70,6 +74,64 @@ def test_the_report_is_the_same_whatever_the_job_count(
     assert '"gates": []' not in one
     assert '"verdicts": [{' in one
     assert _report(trees, jobs) == one
+
+
+@pytest.mark.parametrize("jobs", [2, 4])
+def test_cuda_gates_judged_ahead_give_the_same_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
+) -> None:
+    """The CUDA gates judged while the Python detector runs ahead in its process (what ``liftgate
+    scan`` does when it judges): the report is the one judged after the scan, at any job count."""
+    trees = [str(t) for t in TREES]
+    monkeypatch.setattr(run, "RUN_AHEAD_THRESHOLD", 1)  # the Python detector in a process of its own
+    monkeypatch.setattr(verdict, "JUDGE_RUN", 2)
+    monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
+    taken: list[int] = []
+    take = verdict.JudgeAhead.take
+
+    def counted(self: verdict.JudgeAhead, *args: Any) -> list[verdict.Verdict] | None:
+        found = take(self, *args)
+        taken.append(-1 if found is None else len(found))
+        return found
+
+    monkeypatch.setattr(verdict.JudgeAhead, "take", counted)
+    one = _report(trees, 1)
+    assert not taken  # one job: nothing runs ahead
+    assert _report(trees, jobs, judge_ahead=True) == one
+    assert taken and -1 not in taken and sum(taken) > 10  # every package's CUDA verdicts were taken
+
+
+def test_cuda_verdicts_judged_ahead_on_other_gates_are_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package whose CUDA gates changed after they were judged ahead (a later detector's gate
+    merged into one, say) is judged again, whole: the verdicts are the ones judged after the scan."""
+    report = scan(
+        [str(FIXTURES / "outcomes" / "unsafe"), str(FIXTURES / "cuda" / "minikern")],
+        ["sm_120", "sm_90"],
+        cuda_version=(13, 0),
+        jobs=1,
+        use_cache=False,
+    )
+    serial = judge_scan(report, jobs=1).verdicts
+    cuda = [g for g in report.gates if g.kind.value == "cuda-pp"]
+    assert serial and cuda
+    changed = dataclasses.replace(cuda[0], evidence=())  # not the gate the report holds
+    stale = [changed if g is cuda[0] else g for g in report.gates]
+    archs = report.target_archs()
+    workspace = report.files("the test")
+    ahead = verdict.JudgeAhead(stale, archs, workspace, 2)
+    taken: list[bool] = []
+    take = verdict.JudgeAhead.take
+
+    def counted(self: verdict.JudgeAhead, key: Any, *args: Any) -> list[verdict.Verdict] | None:
+        found = take(self, key, *args)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(verdict.JudgeAhead, "take", counted)
+    got = verdict.judge_report(report.gates, archs, workspace, jobs=1, ahead=ahead)
+    assert tuple(got) == serial
+    assert False in taken  # the changed gate's package was judged again
+    assert True in taken  # the other's verdicts were taken
 
 
 def _die(*args: object) -> None:

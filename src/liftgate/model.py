@@ -622,6 +622,9 @@ class Report:
     workspace: Workspace | None = field(default=None, compare=False, repr=False)
     # Where the scan cached its results (None: --no-cache); the judge caches its verdicts there.
     cache_root: str | None = field(default=None, compare=False, repr=False)
+    # The CUDA gates' verdicts under way since the C-family detector ended, when the scan was asked
+    # to judge ahead (a `liftgate.judge.verdict.JudgeAhead`; `judge_scan` takes them, or stops it).
+    judge_ahead: object | None = field(default=None, compare=False, repr=False)
 
     def target_archs(self) -> list[Arch]:
         """The distinct archs of the targets, in the order asked."""

@@ -196,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         return error("--show traced needs --trace FILE (write one with `liftgate trace -o FILE -- COMMAND`)")
     observer = make_observer(args.quiet)
     started = time.perf_counter()
+    judge = args.judge or bool(args.verdict) or args.fail_on in VERDICT_FAILS
     try:
         report = scan(
             args.sources,
@@ -209,8 +210,8 @@ def run(args: argparse.Namespace) -> int:
             offline=args.offline,
             observer=observer,
             sdist=args.sdist,
+            judge_ahead=judge,
         )
-        judge = args.judge or bool(args.verdict) or args.fail_on in VERDICT_FAILS
         if judge and report.targets:
             from liftgate.judge.verdict import judge_scan
 

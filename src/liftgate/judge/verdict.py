@@ -561,6 +561,7 @@ def judge_report(
     observer: Observer | None = None,
     cache_root: str | None = None,
     jobs: int | None = None,
+    ahead: JudgeAhead | None = None,
 ) -> list[Verdict]:
     """Verdicts for every gate that excludes (or may exclude) one of ``targets``, and an ``unsafe``
     verdict for every gate that admits one into code using a feature it lacks (`judge_admitted`).
@@ -570,8 +571,43 @@ def judge_report(
     pairs to judge and advanced by one per pair; the caller finishes it. With ``cache_root`` (and
     no ``only``), a package's verdicts for a target are taken from the cache when nothing they can
     depend on changed (`liftgate.judge.cache`), and stored there otherwise. ``jobs``: worker
-    processes (default: the CPU count, at most 8); the verdicts do not depend on it.
+    processes (default: the CPU count, at most 8); the verdicts do not depend on it. ``ahead``:
+    the CUDA gates' runs a scan judged while it went on (`JudgeAhead`), taken where they are still
+    the runs to judge; it is shut down on the way out.
     """
+    try:
+        return _judge_report(gates, targets, workspace, only, observer, cache_root, jobs, ahead)
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+
+
+def _to_judge(
+    pkg_gates: Sequence[Gate], target: Arch, by_id: dict[str, Gate], only: Callable[[Gate], bool] | None
+) -> list[Gate]:
+    """The gates of a package to judge for ``target``: those that exclude it (or may), and those that
+    admit it into a path the judge reads (`ADMITTED_KINDS`) where it reaches them."""
+    return [
+        g
+        for g in pkg_gates
+        if (only is None or only(g))
+        and (
+            g.status(target) is not Status.ADMITTED
+            or (g.kind in ADMITTED_KINDS and _reached(g, target, by_id))
+        )
+    ]
+
+
+def _judge_report(
+    gates: Iterable[Gate],
+    targets: Sequence[Arch],
+    workspace: Workspace,
+    only: Callable[[Gate], bool] | None,
+    observer: Observer | None,
+    cache_root: str | None,
+    jobs: int | None,
+    ahead: JudgeAhead | None,
+) -> list[Verdict]:
     observer = observer or NullObserver()
     by_package: dict[tuple[str, str | None], list[Gate]] = {}
     for gate in gates:
@@ -583,6 +619,8 @@ def judge_report(
     cache = VerdictCache(cache_root, workspace) if cache_root is not None and only is None else None
     cached: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = {}
     keys: dict[tuple[tuple[str, str | None], Arch], str] = {}
+    todos: dict[tuple[tuple[str, str | None], Arch], list[Gate]] = {}
+    early: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = {}
     plan: list[tuple[tuple[str, str | None], list[Gate], list[tuple[Arch, list[Gate]]]]] = []
     for key in workspace.package_keys():
         pkg_gates = by_package.get(key, [])
@@ -591,13 +629,7 @@ def judge_report(
         work: list[tuple[Arch, list[Gate]]] = []
         by_id = {g.id: g for g in pkg_gates}
         for target in targets:
-            todo = [g for g in pkg_gates if only is None or only(g)]
-            todo = [
-                g
-                for g in todo
-                if g.status(target) is not Status.ADMITTED
-                or (g.kind in ADMITTED_KINDS and _reached(g, target, by_id))
-            ]
+            todo = _to_judge(pkg_gates, target, by_id, only)
             if todo and cache is not None:
                 cache_key = cache.key(key, pkg_gates, target)
                 hit = cache.load(cache_key) if cache_key is not None else None
@@ -606,10 +638,19 @@ def judge_report(
                     continue
                 if cache_key is not None:
                     keys[(key, target)] = cache_key
+            if not todo:
+                continue
+            todos[(key, target)] = todo
+            found = ahead.take(key, target, pkg_gates, todo) if ahead is not None and only is None else None
+            if found is not None:  # the CUDA gates' runs are judged: the others' are left
+                early[(key, target)] = found
+                todo = [g for g in todo if g.kind is not GateKind.CUDA_PP]
             if todo:
                 work.append((target, todo))
         if work:
             plan.append((key, pkg_gates, work))
+    if ahead is not None:
+        ahead.cancel()  # what it judged is taken: its processes go before the judge's own start
     total = sum(len(todo) for _, _, work in plan for _, todo in work)
     observer.start("judging the gated code", total=total)
     judged: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = dict(cached)
@@ -628,10 +669,10 @@ def judge_report(
                         found_here.extend(_judge_all(run, target, ctx.fresh(), observer))
                         run_done()
                     fresh[((name, version), target)] = found_here
-    for pair, found_here in fresh.items():
-        judged[pair] = found_here
+    for pair, todo in todos.items():
+        judged[pair] = _in_order([*early.get(pair, ()), *fresh.get(pair, ())], todo)
         if cache is not None and pair in keys:
-            cache.store(keys[pair], found_here)
+            cache.store(keys[pair], judged[pair])
     # In package and target order, whether judged now or taken from the cache.
     return [
         v for key in workspace.package_keys() for target in targets for v in judged.get((key, target), ())
@@ -674,8 +715,20 @@ def _collected_every_few_runs() -> Iterator[Callable[[], None]]:
 
 def _runs(todo: Sequence[Gate]) -> list[Sequence[Gate]]:
     """``todo`` cut into runs of JUDGE_RUN neighbouring gates (path order: a run's gates mostly
-    read the same files)."""
-    return [todo[i : i + JUDGE_RUN] for i in range(0, len(todo), JUDGE_RUN)]
+    read the same files), the CUDA preprocessor gates' runs first, apart from the others': they are
+    final once the C-family detector ends, so a scan can judge them while the Python detector runs
+    (`judge_ahead`), with the same runs and so the same verdicts."""
+    streams = (
+        [g for g in todo if g.kind is GateKind.CUDA_PP],
+        [g for g in todo if g.kind is not GateKind.CUDA_PP],
+    )
+    return [stream[i : i + JUDGE_RUN] for stream in streams for i in range(0, len(stream), JUDGE_RUN)]
+
+
+def _in_order(verdicts: Iterable[Verdict], todo: Sequence[Gate]) -> list[Verdict]:
+    """``verdicts`` (at most one per gate of ``todo``) in ``todo``'s order, whatever the runs'."""
+    position = {g.id: k for k, g in enumerate(todo)}
+    return sorted(verdicts, key=lambda v: position[v.gate_id])
 
 
 def _judge_all(todo: Sequence[Gate], target: Arch, ctx: PackageContext, observer: Observer) -> list[Verdict]:
@@ -747,29 +800,113 @@ def _judge_in_pool(
     keeps only what is pure: the files it lexed, the package's indexes), and put back in order.
     A verdict depends only on its run, so the result is the one-process one whatever ``jobs`` is.
     None when a worker died."""
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    return _Submitted(plan, workspace, jobs).collect(observer)
 
-    keys = {key for key, _, _ in plan}
-    files = Workspace.from_files({key: workspace.files(*key) for key in keys})
-    gates = {key: pkg_gates for key, pkg_gates, _ in plan}
-    out: dict[tuple[_PackageKey, Arch], list[Verdict]] = {}
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates))
-    try:
-        submitted = [
-            (key, target, len(chunk), pool.submit(_judge_chunk, key, target, [g.id for g in chunk]))
+
+class _Submitted:
+    """A plan's runs submitted to a pool of judging processes of its own."""
+
+    def __init__(
+        self,
+        plan: Sequence[tuple[_PackageKey, list[Gate], list[tuple[Arch, list[Gate]]]]],
+        workspace: Workspace,
+        jobs: int,
+    ) -> None:
+        from concurrent.futures import ProcessPoolExecutor
+
+        keys = {key for key, _, _ in plan}
+        files = Workspace.from_files({key: workspace.files(*key) for key in keys})
+        gates = {key: pkg_gates for key, pkg_gates, _ in plan}
+        self._todos = {(key, target): todo for key, _, work in plan for target, todo in work}
+        self._pool = ProcessPoolExecutor(
+            max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates)
+        )
+        self._futures = [
+            (key, target, len(chunk), self._pool.submit(_judge_chunk, key, target, [g.id for g in chunk]))
             for key, _, work in plan
             for target, todo in work
             for chunk in _runs(todo)
         ]
-        for key, target, size, future in submitted:
-            out.setdefault((key, target), []).extend(future.result())
-            observer.advance(size)
-    except BrokenProcessPool:  # a worker died (memory): the caller judges everything itself
-        pool.shutdown(wait=False, cancel_futures=True)
-        return None
-    pool.shutdown()
-    return out
+
+    def collect(self, observer: Observer) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
+        """Every run's verdicts, in each (package, target)'s gate order; None when a worker died (the
+        caller then judges everything itself)."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        out: dict[tuple[_PackageKey, Arch], list[Verdict]] = {}
+        try:
+            for key, target, size, future in self._futures:
+                out.setdefault((key, target), []).extend(future.result())
+                observer.advance(size)
+        except BrokenProcessPool:  # a worker died (memory)
+            self.cancel()
+            return None
+        self._pool.shutdown()
+        return {pair: _in_order(found, self._todos[pair]) for pair, found in out.items()}
+
+    def cancel(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class JudgeAhead:
+    """The CUDA preprocessor gates' verdicts, judged in processes of their own while a scan goes
+    on (`liftgate.scan.scan`'s ``judge_ahead``): those gates are final once the C-family detector
+    ends, and the Python detector, the scan's longest phase, runs minutes after it on one core.
+
+    They are judged in the runs `judge_report` would cut (`_runs`: the CUDA gates' runs apart
+    from the others'), with the package's CUDA gates as its context, so each verdict is the one
+    the judge would reach. `take` hands a package's verdicts for a target over only if its CUDA
+    gates and its CUDA gates to judge are still exactly these, and nothing otherwise: the judge
+    then judges them itself."""
+
+    def __init__(
+        self, gates: Iterable[Gate], targets: Sequence[Arch], workspace: Workspace, jobs: int
+    ) -> None:
+        by_package: dict[_PackageKey, list[Gate]] = {}
+        for gate in gates:
+            if gate.kind is GateKind.CUDA_PP:
+                by_package.setdefault((gate.location.package, gate.location.version), []).append(gate)
+        self._cuda: dict[_PackageKey, list[Gate]] = {}
+        self._todos: dict[tuple[_PackageKey, Arch], list[Gate]] = {}
+        plan: list[tuple[_PackageKey, list[Gate], list[tuple[Arch, list[Gate]]]]] = []
+        for key in workspace.package_keys():
+            cuda = sorted(by_package.get(key, ()), key=lambda g: (g.location.path, g.location.span.start))
+            if not cuda:
+                continue
+            self._cuda[key] = cuda
+            by_id = {g.id: g for g in cuda}
+            work: list[tuple[Arch, list[Gate]]] = []
+            for target in targets:
+                todo = _to_judge(cuda, target, by_id, None)
+                if todo:
+                    self._todos[(key, target)] = todo
+                    work.append((target, todo))
+            if work:
+                plan.append((key, cuda, work))
+        self._submitted = _Submitted(plan, workspace, max(1, jobs)) if plan else None
+        self._results: dict[tuple[_PackageKey, Arch], list[Verdict]] | None = None
+        self._collected = False
+
+    def take(
+        self, key: _PackageKey, target: Arch, pkg_gates: Sequence[Gate], todo: Sequence[Gate]
+    ) -> list[Verdict] | None:
+        """The verdicts of the CUDA gates of ``todo`` (the package's gates to judge for ``target``),
+        or None where they are not the ones judged ahead or their processes failed."""
+        if [g for g in pkg_gates if g.kind is GateKind.CUDA_PP] != self._cuda.get(key, []):
+            return None
+        if [g for g in todo if g.kind is GateKind.CUDA_PP] != self._todos.get((key, target), []):
+            return None
+        if not self._collected:
+            self._collected = True
+            self._results = self._submitted.collect(NullObserver()) if self._submitted is not None else {}
+        if self._results is None:
+            return None
+        return self._results.get((key, target), [])
+
+    def cancel(self) -> None:
+        """Stop judging (what is not taken is not needed): its processes end."""
+        if self._submitted is not None:
+            self._submitted.cancel()
 
 
 def _reached(gate: Gate, target: Arch, by_id: dict[str, Gate]) -> bool:
@@ -828,6 +965,7 @@ def judge_scan(
         return report
     workspace = report.files("the judge")
     observer = observer or NullObserver()
+    ahead = report.judge_ahead if isinstance(report.judge_ahead, JudgeAhead) else None
     try:
         verdicts = judge_report(
             report.gates,
@@ -837,7 +975,8 @@ def judge_scan(
             observer=observer,
             cache_root=report.cache_root,
             jobs=jobs,
+            ahead=ahead,
         )
     finally:
         observer.finish()
-    return replace(report, verdicts=(*report.verdicts, *verdicts))
+    return replace(report, verdicts=(*report.verdicts, *verdicts), judge_ahead=None)

@@ -69,6 +69,7 @@ def scan(
     only_packages: Iterable[str] | None = None,
     overlay: Overlay | None = None,
     only_python: bool = False,
+    judge_ahead: bool = False,
 ) -> Report:
     """Scan sources for architecture gates and evaluate them for ``targets``.
 
@@ -78,7 +79,10 @@ def scan(
     elsewhere (``(package, path) -> filesystem path``): how `liftgate.lift` re-detects a plan's
     edits before it changes anything. ``only_python`` runs the Python detector alone (py-runtime
     and py-build gates): what ``liftgate trace`` needs for its probes. The result's ``workspace``
-    reads the packages' files for the stages after it.
+    reads the packages' files for the stages after it. ``judge_ahead``: the caller will judge the
+    report (`liftgate.judge.judge_scan`), so the CUDA gates are judged while the Python detector
+    still runs in a process of its own (`liftgate.judge.verdict.JudgeAhead`); the verdicts are the
+    same either way.
     """
     from liftgate.detect.registry import DETECTORS, LINKS
     from liftgate.sources import resolve_sources
@@ -118,6 +122,7 @@ def scan(
     gates: list[Gate] = []
     skips: list[Skip] = list(source_skips)
     examined: set[tuple[int, str]] = set()  # (package's index, path): each file any detector wanted, once
+    ahead_judge: Any = None
     try:
         if runner.pool.jobs > 1:
             runner.run_ahead(detectors, packages)
@@ -126,6 +131,12 @@ def scan(
             gates.extend(found.gates)
             skips.extend(found.skips)
             runner.published.extend(found.ops)
+            if judge_ahead and ahead_judge is None and resolved_targets and runner.ahead and found.gates:
+                ahead_judge = runner.judge_ahead(gates, resolved_targets)
+    except BaseException:
+        if ahead_judge is not None:
+            ahead_judge.cancel()
+        raise
     finally:
         runner.close()
     if not only_python:
@@ -144,6 +155,7 @@ def scan(
         notes=tuple(notes),
         workspace=workspace,
         cache_root=str(cache_root_dir) if use_cache else None,
+        judge_ahead=ahead_judge,
     )
 
 
@@ -169,6 +181,21 @@ class Runner:
         from liftgate.detect.registry import reset_workers
 
         reset_workers()  # the in-process detectors may hold whole packages' lexed headers
+
+    def judge_ahead(self, gates: Sequence[Gate], targets: Sequence[Target]) -> Any:
+        """Start judging the CUDA gates found so far (`liftgate.judge.verdict.JudgeAhead`), while a
+        detector runs ahead in its process: in this scan's worker processes' place, whose detector
+        has ended (only the C-family detector uses them; a later one would start them again)."""
+        from liftgate.judge.verdict import JudgeAhead
+
+        self.pool.close()
+        self.pool.executor = None
+        try:
+            return JudgeAhead(
+                gates, list(dict.fromkeys(t.arch for t in targets)), self.workspace, self.pool.jobs
+            )
+        except OSError:  # no process to start (a limit on them): the judge does it all after the scan
+            return None
 
     def run_ahead(self, detectors: Sequence[Detector], packages: Sequence[Package]) -> None:
         """Start each detector that `runs_ahead` (after the first) in a process of its own, with no
