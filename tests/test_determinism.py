@@ -134,6 +134,49 @@ def test_cuda_verdicts_judged_ahead_on_other_gates_are_not_taken(monkeypatch: py
     assert True in taken  # the other's verdicts were taken
 
 
+def test_judging_ahead_stops_with_the_scan_and_hands_nothing_over_once_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scan that fails after it started judging ahead stops that judging; a stopped JudgeAhead
+    hands no verdict over (a second judge of the same report judges everything itself)."""
+    from liftgate.detect import registry
+
+    monkeypatch.setattr(run, "RUN_AHEAD_THRESHOLD", 1)
+    monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
+    started: list[verdict.JudgeAhead] = []
+    stopped: list[verdict.JudgeAhead] = []
+    init, cancel = verdict.JudgeAhead.__init__, verdict.JudgeAhead.cancel
+
+    def spy_init(self: verdict.JudgeAhead, *args: Any) -> None:
+        init(self, *args)
+        started.append(self)
+
+    def spy_cancel(self: verdict.JudgeAhead) -> None:
+        stopped.append(self)
+        cancel(self)
+
+    def broken_link(gates: Any) -> list[Any]:
+        raise RuntimeError("a link failed")
+
+    monkeypatch.setattr(verdict.JudgeAhead, "__init__", spy_init)
+    monkeypatch.setattr(verdict.JudgeAhead, "cancel", spy_cancel)
+    trees = [str(FIXTURES / "outcomes" / "unsafe"), str(FIXTURES / "python" / "indirect")]
+    with monkeypatch.context() as patched:
+        patched.setattr(registry, "LINKS", (broken_link,))
+        with pytest.raises(RuntimeError, match="a link failed"):
+            scan(trees, ["sm_120"], cuda_version=(13, 0), jobs=2, use_cache=False, judge_ahead=True)
+    assert len(started) == 1 and stopped == started
+    report = scan(trees, ["sm_120"], cuda_version=(13, 0), jobs=2, use_cache=False, judge_ahead=True)
+    ahead = report.judge_ahead
+    assert isinstance(ahead, verdict.JudgeAhead)
+    ahead.cancel()
+    serial = judge_scan(dataclasses.replace(report, judge_ahead=None), jobs=1).verdicts
+    assert serial
+    assert judge_scan(report, jobs=2).verdicts == serial
+    key = (report.gates[0].location.package, report.gates[0].location.version)
+    assert ahead.take(key, report.target_archs()[0], report.gates, report.gates) is None
+
+
 def _die(*args: object) -> None:
     import os
 

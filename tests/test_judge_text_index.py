@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import gc
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,7 +130,8 @@ def test_walk_is_ast_walk_in_its_order_without_the_context_and_operator_nodes() 
     leaves: over every module of liftgate and a text with match statements and async code."""
     sources = [p.read_text() for p in sorted((Path(__file__).parents[1] / "src" / "liftgate").rglob("*.py"))]
     walked = every = 0
-    for text in [*sources, _MATCH]:
+    alias = ["type Pair[T] = tuple[T, T]\n"] if sys.version_info >= (3, 12) else []
+    for text in [*sources, _MATCH, *alias]:
         tree = ast.parse(text)
         expected = [id(n) for n in ast.walk(tree) if not isinstance(n, _LEAVES)]
         assert [id(n) for n in walk(tree)] == expected

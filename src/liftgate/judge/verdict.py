@@ -32,6 +32,7 @@ import contextlib
 import functools
 import gc
 import re
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -650,7 +651,7 @@ def _judge_report(
         if work:
             plan.append((key, pkg_gates, work))
     if ahead is not None:
-        ahead.cancel()  # what it judged is taken: its processes go before the judge's own start
+        ahead.cancel()  # what it judged is taken (or not needed): it judges nothing more
     total = sum(len(todo) for _, _, work in plan for _, todo in work)
     observer.start("judging the gated code", total=total)
     judged: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = dict(cached)
@@ -726,9 +727,12 @@ def _runs(todo: Sequence[Gate]) -> list[Sequence[Gate]]:
 
 
 def _in_order(verdicts: Iterable[Verdict], todo: Sequence[Gate]) -> list[Verdict]:
-    """``verdicts`` (at most one per gate of ``todo``) in ``todo``'s order, whatever the runs'."""
-    position = {g.id: k for k, g in enumerate(todo)}
-    return sorted(verdicts, key=lambda v: position[v.gate_id])
+    """``verdicts`` (at most one per gate of ``todo``) in ``todo``'s order, whatever the runs' (a
+    sort that keeps the verdicts of gates sharing an id, which the links merge, in their order)."""
+    position: dict[str, int] = {}
+    for k, g in enumerate(todo):
+        position.setdefault(g.id, k)
+    return sorted(verdicts, key=lambda v: position.get(v.gate_id, len(todo)))
 
 
 def _judge_all(todo: Sequence[Gate], target: Arch, ctx: PackageContext, observer: Observer) -> list[Verdict]:
@@ -812,7 +816,7 @@ class _Submitted:
         workspace: Workspace,
         jobs: int,
     ) -> None:
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import Future, ProcessPoolExecutor
 
         keys = {key for key, _, _ in plan}
         files = Workspace.from_files({key: workspace.files(*key) for key in keys})
@@ -821,30 +825,57 @@ class _Submitted:
         self._pool = ProcessPoolExecutor(
             max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates)
         )
-        self._futures = [
-            (key, target, len(chunk), self._pool.submit(_judge_chunk, key, target, [g.id for g in chunk]))
-            for key, _, work in plan
-            for target, todo in work
-            for chunk in _runs(todo)
-        ]
+        # Per (package, target), in the plan's order: each run's size and its verdicts to come.
+        self._futures: dict[tuple[_PackageKey, Arch], list[tuple[int, Future[list[Verdict]]]]] = {}
+        try:
+            for pair, todo in self._todos.items():
+                self._futures[pair] = [
+                    (len(run), self._pool.submit(_judge_chunk, pair[0], pair[1], [g.id for g in run]))
+                    for run in _runs(todo)
+                ]
+        except BaseException:  # a process could not start: let go of those that did
+            self.cancel()
+            raise
+
+    def _verdicts(self, pair: tuple[_PackageKey, Arch], observer: Observer) -> list[Verdict]:
+        found: list[Verdict] = []
+        for size, future in self._futures[pair]:
+            found.extend(future.result())
+            observer.advance(size)
+        return _in_order(found, self._todos[pair])
+
+    def pair(self, pair: tuple[_PackageKey, Arch]) -> list[Verdict] | None:
+        """One (package, target)'s verdicts, in its gates' order, once its runs are judged; None
+        when a worker died."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._verdicts(pair, NullObserver())
+        except BrokenProcessPool:
+            self.cancel()
+            return None
+        except BaseException:
+            self.cancel()
+            raise
 
     def collect(self, observer: Observer) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
         """Every run's verdicts, in each (package, target)'s gate order; None when a worker died (the
-        caller then judges everything itself)."""
+        caller then judges everything itself). Whatever else stops it stops the pool too."""
         from concurrent.futures.process import BrokenProcessPool
 
-        out: dict[tuple[_PackageKey, Arch], list[Verdict]] = {}
         try:
-            for key, target, size, future in self._futures:
-                out.setdefault((key, target), []).extend(future.result())
-                observer.advance(size)
+            out = {pair: self._verdicts(pair, observer) for pair in self._futures}
         except BrokenProcessPool:  # a worker died (memory)
             self.cancel()
             return None
+        except BaseException:  # an interrupt, a bug: the runs not started are not run
+            self.cancel()
+            raise
         self._pool.shutdown()
-        return {pair: _in_order(found, self._todos[pair]) for pair, found in out.items()}
+        return out
 
     def cancel(self) -> None:
+        """Runs not started are dropped; the workers end after those under way."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -884,27 +915,35 @@ class JudgeAhead:
             if work:
                 plan.append((key, cuda, work))
         self._submitted = _Submitted(plan, workspace, max(1, jobs)) if plan else None
-        self._results: dict[tuple[_PackageKey, Arch], list[Verdict]] | None = None
-        self._collected = False
+        self._stopped = False
+        if self._submitted is not None:  # a report dropped unjudged stops its judging
+            weakref.finalize(self, self._submitted.cancel)
 
     def take(
         self, key: _PackageKey, target: Arch, pkg_gates: Sequence[Gate], todo: Sequence[Gate]
     ) -> list[Verdict] | None:
         """The verdicts of the CUDA gates of ``todo`` (the package's gates to judge for ``target``),
-        or None where they are not the ones judged ahead or their processes failed."""
+        or None where they are not the ones judged ahead, its processes failed or it was stopped.
+        It waits for this pair's runs only: those of a package whose verdicts the cache holds are
+        never waited for, and `cancel` drops them."""
+        if self._stopped:
+            return None
         if [g for g in pkg_gates if g.kind is GateKind.CUDA_PP] != self._cuda.get(key, []):
             return None
         if [g for g in todo if g.kind is GateKind.CUDA_PP] != self._todos.get((key, target), []):
             return None
-        if not self._collected:
-            self._collected = True
-            self._results = self._submitted.collect(NullObserver()) if self._submitted is not None else {}
-        if self._results is None:
-            return None
-        return self._results.get((key, target), [])
+        if (key, target) not in self._todos:
+            return []  # no CUDA gate of it to judge, ahead or after
+        assert self._submitted is not None
+        found = self._submitted.pair((key, target))
+        if found is None:
+            self._stopped = True
+        return found
 
     def cancel(self) -> None:
-        """Stop judging (what is not taken is not needed): its processes end."""
+        """Stop judging (what is not taken is not needed): its processes end, and `take` hands
+        nothing over from now on."""
+        self._stopped = True
         if self._submitted is not None:
             self._submitted.cancel()
 

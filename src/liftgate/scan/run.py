@@ -123,40 +123,41 @@ def scan(
     skips: list[Skip] = list(source_skips)
     examined: set[tuple[int, str]] = set()  # (package's index, path): each file any detector wanted, once
     ahead_judge: Any = None
-    try:
-        if runner.pool.jobs > 1:
-            runner.run_ahead(detectors, packages)
-        for detector in detectors:
-            found = runner.run(detector, packages, examined)
-            gates.extend(found.gates)
-            skips.extend(found.skips)
-            runner.published.extend(found.ops)
-            if judge_ahead and ahead_judge is None and resolved_targets and runner.ahead and found.gates:
-                ahead_judge = runner.judge_ahead(gates, resolved_targets)
+    try:  # whatever ends the scan early stops the judging it started
+        try:
+            if runner.pool.jobs > 1:
+                runner.run_ahead(detectors, packages)
+            for detector in detectors:
+                found = runner.run(detector, packages, examined)
+                gates.extend(found.gates)
+                skips.extend(found.skips)
+                runner.published.extend(found.ops)
+                if judge_ahead and ahead_judge is None and resolved_targets and runner.ahead and found.gates:
+                    ahead_judge = runner.judge_ahead(gates, resolved_targets)
+        finally:
+            runner.close()
+        if not only_python:
+            for link in LINKS:
+                gates = link(gates)
+        gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
+        skips.sort(key=lambda s: ((s.package or "").lower(), s.path))
+        return Report(
+            targets=resolved_targets,
+            packages=tuple(PackageSummary(p.name, p.version, p.origin, len(p.files)) for p in packages),
+            gates=tuple(gates),
+            skips=tuple(skips),
+            files_scanned=len(examined),
+            elapsed_s=time.perf_counter() - started,
+            cuda_version=cuda_version,
+            notes=tuple(notes),
+            workspace=workspace,
+            cache_root=str(cache_root_dir) if use_cache else None,
+            judge_ahead=ahead_judge,
+        )
     except BaseException:
         if ahead_judge is not None:
             ahead_judge.cancel()
         raise
-    finally:
-        runner.close()
-    if not only_python:
-        for link in LINKS:
-            gates = link(gates)
-    gates.sort(key=lambda g: (g.location.package.lower(), g.location.path, g.location.span.start))
-    skips.sort(key=lambda s: ((s.package or "").lower(), s.path))
-    return Report(
-        targets=resolved_targets,
-        packages=tuple(PackageSummary(p.name, p.version, p.origin, len(p.files)) for p in packages),
-        gates=tuple(gates),
-        skips=tuple(skips),
-        files_scanned=len(examined),
-        elapsed_s=time.perf_counter() - started,
-        cuda_version=cuda_version,
-        notes=tuple(notes),
-        workspace=workspace,
-        cache_root=str(cache_root_dir) if use_cache else None,
-        judge_ahead=ahead_judge,
-    )
 
 
 class Runner:
@@ -195,7 +196,7 @@ class Runner:
                 gates, list(dict.fromkeys(t.arch for t in targets)), self.workspace, self.pool.jobs
             )
         except OSError:  # no process to start (a limit on them): the judge does it all after the scan
-            return None
+            return None  # (`_Submitted` let go of the processes it had started)
 
     def run_ahead(self, detectors: Sequence[Detector], packages: Sequence[Package]) -> None:
         """Start each detector that `runs_ahead` (after the first) in a process of its own, with no
