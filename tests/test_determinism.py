@@ -76,6 +76,20 @@ def test_the_report_is_the_same_whatever_the_job_count(
     assert _report(trees, jobs) == one
 
 
+def _takes(monkeypatch: pytest.MonkeyPatch) -> list[list[verdict.Verdict] | None]:
+    """What each `JudgeAhead.take` call hands over, from now on (None: nothing)."""
+    taken: list[list[verdict.Verdict] | None] = []
+    take = verdict.JudgeAhead.take
+
+    def recorded(self: verdict.JudgeAhead, *args: Any) -> list[verdict.Verdict] | None:
+        found = take(self, *args)
+        taken.append(found)
+        return found
+
+    monkeypatch.setattr(verdict.JudgeAhead, "take", recorded)
+    return taken
+
+
 @pytest.mark.parametrize("jobs", [2, 4])
 def test_cuda_gates_judged_ahead_give_the_same_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
@@ -86,19 +100,12 @@ def test_cuda_gates_judged_ahead_give_the_same_report(
     monkeypatch.setattr(run, "RUN_AHEAD_THRESHOLD", 1)  # the Python detector in a process of its own
     monkeypatch.setattr(verdict, "JUDGE_RUN", 2)
     monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
-    taken: list[int] = []
-    take = verdict.JudgeAhead.take
-
-    def counted(self: verdict.JudgeAhead, *args: Any) -> list[verdict.Verdict] | None:
-        found = take(self, *args)
-        taken.append(-1 if found is None else len(found))
-        return found
-
-    monkeypatch.setattr(verdict.JudgeAhead, "take", counted)
+    taken = _takes(monkeypatch)
     one = _report(trees, 1)
     assert not taken  # one job: nothing runs ahead
     assert _report(trees, jobs, judge_ahead=True) == one
-    assert taken and -1 not in taken and sum(taken) > 10  # every package's CUDA verdicts were taken
+    assert taken and None not in taken  # every package's CUDA verdicts were taken
+    assert sum(len(found) for found in taken if found is not None) > 10
 
 
 def test_cuda_verdicts_judged_ahead_on_other_gates_are_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,19 +126,11 @@ def test_cuda_verdicts_judged_ahead_on_other_gates_are_not_taken(monkeypatch: py
     archs = report.target_archs()
     workspace = report.files("the test")
     ahead = verdict.JudgeAhead(stale, archs, workspace, 2)
-    taken: list[bool] = []
-    take = verdict.JudgeAhead.take
-
-    def counted(self: verdict.JudgeAhead, key: Any, *args: Any) -> list[verdict.Verdict] | None:
-        found = take(self, key, *args)
-        taken.append(found is not None)
-        return found
-
-    monkeypatch.setattr(verdict.JudgeAhead, "take", counted)
+    taken = _takes(monkeypatch)
     got = verdict.judge_report(report.gates, archs, workspace, jobs=1, ahead=ahead)
     assert tuple(got) == serial
-    assert False in taken  # the changed gate's package was judged again
-    assert True in taken  # the other's verdicts were taken
+    assert None in taken  # the changed gate's package was judged again
+    assert any(found is not None for found in taken)  # the other's verdicts were taken
 
 
 def test_judging_ahead_stops_with_the_scan_and_hands_nothing_over_once_stopped(

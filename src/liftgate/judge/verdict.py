@@ -837,40 +837,34 @@ class _Submitted:
             self.cancel()
             raise
 
-    def _verdicts(self, pair: tuple[_PackageKey, Arch], observer: Observer) -> list[Verdict]:
-        found: list[Verdict] = []
-        for size, future in self._futures[pair]:
-            found.extend(future.result())
-            observer.advance(size)
-        return _in_order(found, self._todos[pair])
-
-    def pair(self, pair: tuple[_PackageKey, Arch]) -> list[Verdict] | None:
+    def pair(self, pair: tuple[_PackageKey, Arch], observer: Observer | None = None) -> list[Verdict] | None:
         """One (package, target)'s verdicts, in its gates' order, once its runs are judged; None
-        when a worker died."""
+        when a worker died. Whatever else stops it (an interrupt, a bug) stops the pool too."""
         from concurrent.futures.process import BrokenProcessPool
 
+        observer = observer or NullObserver()
+        found: list[Verdict] = []
         try:
-            return self._verdicts(pair, NullObserver())
-        except BrokenProcessPool:
-            self.cancel()
-            return None
-        except BaseException:
-            self.cancel()
-            raise
-
-    def collect(self, observer: Observer) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
-        """Every run's verdicts, in each (package, target)'s gate order; None when a worker died (the
-        caller then judges everything itself). Whatever else stops it stops the pool too."""
-        from concurrent.futures.process import BrokenProcessPool
-
-        try:
-            out = {pair: self._verdicts(pair, observer) for pair in self._futures}
+            for size, future in self._futures[pair]:
+                found.extend(future.result())
+                observer.advance(size)
         except BrokenProcessPool:  # a worker died (memory)
             self.cancel()
             return None
-        except BaseException:  # an interrupt, a bug: the runs not started are not run
+        except BaseException:  # the runs not started are not run
             self.cancel()
             raise
+        return _in_order(found, self._todos[pair])
+
+    def collect(self, observer: Observer) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
+        """Every (package, target)'s verdicts (`pair`); None when a worker died (the caller then
+        judges everything itself)."""
+        out: dict[tuple[_PackageKey, Arch], list[Verdict]] = {}
+        for pair in self._futures:
+            found = self.pair(pair, observer)
+            if found is None:
+                return None
+            out[pair] = found
         self._pool.shutdown()
         return out
 

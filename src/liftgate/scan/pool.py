@@ -36,8 +36,10 @@ class Pool:
         return self.executor
 
     def close(self) -> None:
+        """Stop the workers; a later `get` starts new ones."""
         if self.executor is not None:
             self.executor.shutdown(cancel_futures=True)
+            self.executor = None
 
     def discard(self) -> None:
         """Drop a broken pool (a worker died): the next `get` starts a new one."""

@@ -190,7 +190,6 @@ class Runner:
         from liftgate.judge.verdict import JudgeAhead
 
         self.pool.close()
-        self.pool.executor = None
         try:
             return JudgeAhead(
                 gates, list(dict.fromkeys(t.arch for t in targets)), self.workspace, self.pool.jobs
