@@ -76,12 +76,16 @@ def test_the_report_is_the_same_whatever_the_job_count(
     assert _report(trees, jobs) == one
 
 
-def _takes(monkeypatch: pytest.MonkeyPatch) -> list[list[verdict.Verdict] | None]:
-    """What each `JudgeAhead.take` call hands over, from now on (None: nothing)."""
-    taken: list[list[verdict.Verdict] | None] = []
+Taken = tuple[list[verdict.Verdict], int] | None
+
+
+def _takes(monkeypatch: pytest.MonkeyPatch) -> list[Taken]:
+    """What each `JudgeAhead.take` call hands over, from now on: the verdicts and how many CUDA
+    gates are left to the judge (None: nothing)."""
+    taken: list[Taken] = []
     take = verdict.JudgeAhead.take
 
-    def recorded(self: verdict.JudgeAhead, *args: Any) -> list[verdict.Verdict] | None:
+    def recorded(self: verdict.JudgeAhead, *args: Any) -> Taken:
         found = take(self, *args)
         taken.append(found)
         return found
@@ -104,8 +108,71 @@ def test_cuda_gates_judged_ahead_give_the_same_report(
     one = _report(trees, 1)
     assert not taken  # one job: nothing runs ahead
     assert _report(trees, jobs, judge_ahead=True) == one
-    assert taken and None not in taken  # every package's CUDA verdicts were taken
-    assert sum(len(found) for found in taken if found is not None) > 10
+    assert taken and None not in taken  # every package's CUDA runs were judged ahead or left to the judge
+    # (how many of each depends on how far the judging ahead got: see the next test for both)
+    assert sum(len(found[0]) + found[1] for found in taken if found is not None) > 10
+
+
+def test_cuda_runs_not_started_when_the_judge_starts_are_judged_by_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the judge starts, the CUDA runs judged ahead that no worker has started are dropped
+    there and judged with the judge's own jobs: the runs it takes and those it judges make the
+    verdicts a judge after the scan reaches."""
+    report = scan(
+        [str(FIXTURES / "outcomes" / "unsafe"), str(FIXTURES / "cuda" / "minikern")],
+        ["sm_120", "sm_90"],
+        cuda_version=(13, 0),
+        jobs=1,
+        use_cache=False,
+    )
+    monkeypatch.setattr(verdict, "JUDGE_RUN", 1)  # a run per gate: one worker starts two at a time
+    monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
+    serial = judge_scan(report, jobs=1).verdicts
+    archs = report.target_archs()
+    workspace = report.files("the test")
+    ahead = verdict.JudgeAhead(report.gates, archs, workspace, 1)
+    assert ahead._submitted is not None
+    runs = [future for pair in ahead._submitted._futures.values() for _, future in pair]
+    assert len(runs) > 20
+    runs[0].result()  # one run judged ahead; one worker has not judged them all (most are left)
+    taken = _takes(monkeypatch)
+    got = verdict.judge_report(report.gates, archs, workspace, jobs=2, ahead=ahead)
+    assert tuple(got) == serial
+    assert taken and None not in taken
+    assert any(found[0] for found in taken if found is not None)  # some runs were judged ahead,
+    assert any(found[1] for found in taken if found is not None)  # and some left to the judge
+
+
+def test_dropped_runs_are_the_last_ones_of_each_pair() -> None:
+    """`_Submitted.drop_waiting` drops only runs after every run that has started, so a pair's
+    runs left to the judge are its last ones (`_runs` then cuts them as the pool did)."""
+    report = scan(
+        [str(FIXTURES / "outcomes" / "unsafe"), str(FIXTURES / "cuda" / "minikern")],
+        ["sm_120", "sm_90"],
+        cuda_version=(13, 0),
+        jobs=1,
+        use_cache=False,
+    )
+    archs = report.target_archs()
+    workspace = report.files("the test")
+    plan = []
+    for key in workspace.package_keys():
+        gates = [g for g in report.gates if (g.location.package, g.location.version) == key]
+        work = [(t, gates) for t in archs]
+        plan.append((key, gates, work))
+    submitted = verdict._Submitted(plan, workspace, 1)
+    try:
+        submitted.drop_waiting()
+        states = [f.cancelled() for runs in submitted._futures.values() for _, f in runs]
+        assert True in states  # one worker cannot have started them all
+        first = states.index(True)
+        assert all(states[first:])  # a suffix of the submission order
+        for pair in submitted._futures:
+            found = submitted.pair(pair)
+            assert found is not None
+    finally:
+        submitted.cancel()
 
 
 def test_cuda_verdicts_judged_ahead_on_other_gates_are_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:

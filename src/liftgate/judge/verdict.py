@@ -618,6 +618,8 @@ def _judge_report(
     from liftgate.judge.cache import VerdictCache
 
     cache = VerdictCache(cache_root, workspace) if cache_root is not None and only is None else None
+    if ahead is not None:
+        ahead.drop_waiting()
     cached: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = {}
     keys: dict[tuple[tuple[str, str | None], Arch], str] = {}
     todos: dict[tuple[tuple[str, str | None], Arch], list[Gate]] = {}
@@ -643,9 +645,9 @@ def _judge_report(
                 continue
             todos[(key, target)] = todo
             found = ahead.take(key, target, pkg_gates, todo) if ahead is not None and only is None else None
-            if found is not None:  # the CUDA gates' runs are judged: the others' are left
-                early[(key, target)] = found
-                todo = [g for g in todo if g.kind is not GateKind.CUDA_PP]
+            if found is not None:  # the CUDA gates' runs judged ahead: the others are left
+                early[(key, target)], left = found
+                todo = _without_first_cuda(todo, sum(g.kind is GateKind.CUDA_PP for g in todo) - left)
             if todo:
                 work.append((target, todo))
         if work:
@@ -724,6 +726,18 @@ def _runs(todo: Sequence[Gate]) -> list[Sequence[Gate]]:
         [g for g in todo if g.kind is not GateKind.CUDA_PP],
     )
     return [stream[i : i + JUDGE_RUN] for stream in streams for i in range(0, len(stream), JUDGE_RUN)]
+
+
+def _without_first_cuda(todo: Sequence[Gate], count: int) -> list[Gate]:
+    """``todo`` without its first ``count`` CUDA preprocessor gates: those judged ahead (whole
+    runs from the start of the CUDA gates' stream, so `_runs` cuts the rest as it cut them)."""
+    out: list[Gate] = []
+    for g in todo:
+        if g.kind is GateKind.CUDA_PP and count > 0:
+            count -= 1
+        else:
+            out.append(g)
+    return out
 
 
 def _in_order(verdicts: Iterable[Verdict], todo: Sequence[Gate]) -> list[Verdict]:
@@ -837,15 +851,35 @@ class _Submitted:
             self.cancel()
             raise
 
-    def pair(self, pair: tuple[_PackageKey, Arch], observer: Observer | None = None) -> list[Verdict] | None:
-        """One (package, target)'s verdicts, in its gates' order, once its runs are judged; None
-        when a worker died. Whatever else stops it (an interrupt, a bug) stops the pool too."""
+    def drop_waiting(self) -> None:
+        """Drop the runs no worker has started, so that `pair` hands over those judged (or under
+        way) and leaves the rest, whole runs, to whoever calls it. The pool starts runs in the
+        order they were submitted, and they are dropped from the last back to the first one that
+        has started: what is dropped is a suffix of the submission order, and so of each
+        (package, target)'s runs."""
+        for _, future in reversed([item for runs in self._futures.values() for item in runs]):
+            if not future.cancel():
+                break  # started (or done): so are all submitted before it
+
+    def pair(
+        self, pair: tuple[_PackageKey, Arch], observer: Observer | None = None
+    ) -> tuple[list[Verdict], int] | None:
+        """One (package, target)'s verdicts, in its gates' order, once its runs that were not
+        dropped (`drop_waiting`) are judged, and how many of its gates the dropped runs hold (the
+        last ones of its runs); None when a worker died. Whatever else stops it (an interrupt, a
+        bug) stops the pool too."""
         from concurrent.futures.process import BrokenProcessPool
 
         observer = observer or NullObserver()
         found: list[Verdict] = []
+        dropped = 0
         try:
             for size, future in self._futures[pair]:
+                if future.cancelled():
+                    dropped += size
+                    continue
+                if dropped:  # a run judged after one dropped: not a suffix (never, as they are dropped)
+                    return None
                 found.extend(future.result())
                 observer.advance(size)
         except BrokenProcessPool:  # a worker died (memory)
@@ -854,7 +888,7 @@ class _Submitted:
         except BaseException:  # the runs not started are not run
             self.cancel()
             raise
-        return _in_order(found, self._todos[pair])
+        return _in_order(found, self._todos[pair]), dropped
 
     def collect(self, observer: Observer) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
         """Every (package, target)'s verdicts (`pair`); None when a worker died (the caller then
@@ -864,7 +898,7 @@ class _Submitted:
             found = self.pair(pair, observer)
             if found is None:
                 return None
-            out[pair] = found
+            out[pair] = found[0]  # nothing is dropped from a pool of the judge's own
         self._pool.shutdown()
         return out
 
@@ -913,13 +947,23 @@ class JudgeAhead:
         if self._submitted is not None:  # a report dropped unjudged stops its judging
             weakref.finalize(self, self._submitted.cancel)
 
+    def drop_waiting(self) -> None:
+        """Judge no run that has not started: the judge, with every job, judges those itself.
+        Called when the judge starts. When the Python detector ended before the CUDA gates were
+        all judged, the rest would otherwise wait for these processes, one job fewer than the
+        judge's (the Python detector's process held one)."""
+        if self._submitted is not None and not self._stopped:
+            self._submitted.drop_waiting()
+
     def take(
         self, key: _PackageKey, target: Arch, pkg_gates: Sequence[Gate], todo: Sequence[Gate]
-    ) -> list[Verdict] | None:
-        """The verdicts of the CUDA gates of ``todo`` (the package's gates to judge for ``target``),
-        or None where they are not the ones judged ahead, its processes failed or it was stopped.
-        It waits for this pair's runs only: those of a package whose verdicts the cache holds are
-        never waited for, and `cancel` drops them."""
+    ) -> tuple[list[Verdict], int] | None:
+        """The verdicts of the CUDA gates of ``todo`` (the package's gates to judge for
+        ``target``) that were judged ahead, and how many of those CUDA gates are left to judge: the
+        last ones, whole runs, which `drop_waiting` dropped. None where they are not the ones
+        judged ahead, its processes failed or it was stopped. It waits for this pair's runs only:
+        those of a package whose verdicts the cache holds are never waited for, and `cancel`
+        drops them."""
         if self._stopped:
             return None
         if [g for g in pkg_gates if g.kind is GateKind.CUDA_PP] != self._cuda.get(key, []):
@@ -927,7 +971,7 @@ class JudgeAhead:
         if [g for g in todo if g.kind is GateKind.CUDA_PP] != self._todos.get((key, target), []):
             return None
         if (key, target) not in self._todos:
-            return []  # no CUDA gate of it to judge, ahead or after
+            return [], 0  # no CUDA gate of it to judge, ahead or after
         assert self._submitted is not None
         found = self._submitted.pair((key, target))
         if found is None:
