@@ -109,7 +109,9 @@ class ScanCache:
         if self.root is None:
             return None
         try:
-            with open(self.root / name, "rb") as fh:
+            # Rows of tuples and frozensets by the hundred thousand, none of them in a cycle: the
+            # cyclic collector would rescan them many times over while they load (twice the time).
+            with open(self.root / name, "rb") as fh, collector_off():
                 value: object = marshal.load(fh)
             return value
         except Exception:
