@@ -23,8 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
+from rich.cells import cell_len
 from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.padding import Padding
+from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
@@ -665,7 +667,78 @@ def _losses_text(report: Report, options: RenderOptions, console: Console) -> No
                     style="dim",
                 )
             )
-    console.print(Group(*lines), overflow="fold")
+    print_lines(console, lines)
+
+
+def print_lines(console: Console, lines: Sequence[RenderableType]) -> None:
+    """``console.print(Group(*lines), overflow="fold")``, the same text, faster. A line that fits
+    the width (a `Text`, or one indented by `Padding.indent`) is written as rich writes it: the
+    indent, then the text's segments in their styles. Only the others go through rich's layout
+    (measure, wrap, pad, crop), which took most of the default view's rendering: thousands of lines,
+    nearly all of them short."""
+    options = console.options.update(overflow="fold")
+    width = options.max_width
+    segments: list[Segment] = []
+    for line in lines:
+        indent, text = _indented(line)
+        if text is not None and _fits(text, width - indent, indent > 0):
+            if indent:
+                segments.append(Segment(" " * indent))
+            segments.extend(_JOIN.join((text,)).render(console))  # the line's style a span, as rich has it
+            segments.append(Segment.line())
+        else:
+            segments.extend(console.render(line, options))
+    # Every line is within the width already: rich's cropping would find nothing to cut.
+    console.print(Segments(segments), crop=False)
+
+
+_JOIN = Text("\n")  # what rich joins a text's wrapped lines with
+
+
+def _indented(line: RenderableType) -> tuple[int, Text | None]:
+    """``line``'s indent and text where it is a `Text` or an indented one (`Padding.indent`)."""
+    if isinstance(line, Text):
+        return 0, line
+    if (
+        isinstance(line, Padding)
+        and isinstance(line.renderable, Text)
+        and not (line.top or line.right or line.bottom or line.expand)
+        and line.style == "none"
+    ):
+        return line.left, line.renderable
+    return 0, None
+
+
+def _fits(text: Text, width: int, indented: bool) -> bool:
+    """Whether rich prints ``text`` in ``width`` columns as it is written: one line of printable
+    characters (no tab to expand, no separator rich splits at), no justification to pad it, that
+    fits. rich lays an indented text out at its own width, not the line's, and trims whitespace
+    from a line with more characters than columns (combining marks): that too is left to rich, as
+    is an indented text that takes no column (rich prints nothing at all for it)."""
+    plain = text.plain
+    if text.justify is not None or text.end != "\n" or not plain.isprintable():
+        return False
+    cells = cell_len(plain)
+    if indented:
+        return 0 < cells <= width and len(plain) <= cells
+    return cells <= width and len(plain) <= width
+
+
+def table_console(out: io.StringIO, color: bool, width: int) -> Console:
+    """The console a table is printed to: ``out``, in colour or not, ``width`` columns."""
+    return Console(
+        file=out,
+        force_terminal=color,
+        no_color=not color,
+        width=width,
+        # Not a terminal's: without a height, rich asks the terminal for its size on every print.
+        height=DEFAULT_HEIGHT,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        force_jupyter=False,
+        force_interactive=False,
+    )
 
 
 class TableFormatter:
@@ -677,19 +750,7 @@ class TableFormatter:
 
     def _format(self, report: Report, options: RenderOptions) -> str:
         out = io.StringIO()
-        console = Console(
-            file=out,
-            force_terminal=options.color,
-            no_color=not options.color,
-            width=options.width or DEFAULT_WIDTH,
-            # Not a terminal's: without a height, rich asks the terminal for its size on every print.
-            height=DEFAULT_HEIGHT,
-            highlight=False,
-            markup=False,
-            emoji=False,
-            force_jupyter=False,
-            force_interactive=False,
-        )
+        console = table_console(out, options.color, options.width or DEFAULT_WIDTH)
         if options.by is GroupBy.CHAIN:
             return _TRAILING_BLANKS.sub("", _chains_text(report, options, console, out))
         if options.show is Show.LOSSES and report.targets and options.verdicts is None:
