@@ -17,6 +17,7 @@ import pytest
 from liftgate.detect import cfamily
 from liftgate.judge import verdict
 from liftgate.judge.verdict import judge_scan
+from liftgate.model import Report
 from liftgate.report import OutputFormat, render
 from liftgate.report.interface import RenderOptions, Show
 from liftgate.scan import run, scan
@@ -76,6 +77,17 @@ def test_the_report_is_the_same_whatever_the_job_count(
     assert _report(trees, jobs) == one
 
 
+def _two_packages() -> Report:
+    """An unjudged scan of two packages with CUDA gates, for sm_120 and sm_90, in one process."""
+    return scan(
+        [str(FIXTURES / "outcomes" / "unsafe"), str(FIXTURES / "cuda" / "minikern")],
+        ["sm_120", "sm_90"],
+        cuda_version=(13, 0),
+        jobs=1,
+        use_cache=False,
+    )
+
+
 Taken = tuple[list[verdict.Verdict], int] | None
 
 
@@ -119,13 +131,7 @@ def test_cuda_runs_not_started_when_the_judge_starts_are_judged_by_it(
     """When the judge starts, the CUDA runs judged ahead that no worker has started are dropped
     there and judged with the judge's own jobs: the runs it takes and those it judges make the
     verdicts a judge after the scan reaches."""
-    report = scan(
-        [str(FIXTURES / "outcomes" / "unsafe"), str(FIXTURES / "cuda" / "minikern")],
-        ["sm_120", "sm_90"],
-        cuda_version=(13, 0),
-        jobs=1,
-        use_cache=False,
-    )
+    report = _two_packages()
     monkeypatch.setattr(verdict, "JUDGE_RUN", 1)  # a run per gate: one worker starts two at a time
     monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
     serial = judge_scan(report, jobs=1).verdicts
@@ -147,13 +153,7 @@ def test_cuda_runs_not_started_when_the_judge_starts_are_judged_by_it(
 def test_dropped_runs_are_the_last_ones_of_each_pair() -> None:
     """`_Submitted.drop_waiting` drops only runs after every run that has started, so a pair's
     runs left to the judge are its last ones (`_runs` then cuts them as the pool did)."""
-    report = scan(
-        [str(FIXTURES / "outcomes" / "unsafe"), str(FIXTURES / "cuda" / "minikern")],
-        ["sm_120", "sm_90"],
-        cuda_version=(13, 0),
-        jobs=1,
-        use_cache=False,
-    )
+    report = _two_packages()
     archs = report.target_archs()
     workspace = report.files("the test")
     plan = []
@@ -178,13 +178,7 @@ def test_dropped_runs_are_the_last_ones_of_each_pair() -> None:
 def test_cuda_verdicts_judged_ahead_on_other_gates_are_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """A package whose CUDA gates changed after they were judged ahead (a later detector's gate
     merged into one, say) is judged again, whole: the verdicts are the ones judged after the scan."""
-    report = scan(
-        [str(FIXTURES / "outcomes" / "unsafe"), str(FIXTURES / "cuda" / "minikern")],
-        ["sm_120", "sm_90"],
-        cuda_version=(13, 0),
-        jobs=1,
-        use_cache=False,
-    )
+    report = _two_packages()
     serial = judge_scan(report, jobs=1).verdicts
     cuda = [g for g in report.gates if g.kind.value == "cuda-pp"]
     assert serial and cuda
