@@ -35,11 +35,18 @@ import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from liftgate.arch.core import Arch, universe
 from liftgate.collector import collector_off
 from liftgate.judge.catalog import Feature, load_catalog
-from liftgate.judge.pyregion import PyFunctions, branch_calls
+from liftgate.judge.pyregion import (
+    PyFunctions,
+    PythonAhead,
+    branch_calls,
+    definitions_index,
+    device_functions,
+)
 from liftgate.judge.region import (
     MAX_CLOSURE,
     MAX_DEPENDENTS,
@@ -67,7 +74,9 @@ from liftgate.scan.pool import POOL_THRESHOLD, default_jobs
 from liftgate.sources.interface import NullObserver, Observer
 from liftgate.sources.workspace import Workspace
 
-_PY_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.M)
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
 MAX_LISTED = 6
 BEST_EFFORT = "best effort"
 
@@ -111,6 +120,15 @@ class PackageContext:
     _py_indexed: list[bool] = field(default_factory=list)
     _py_defs: dict[str, list[tuple[PyFunctions, int, int]]] = field(default_factory=dict)
 
+    def seed(self, ahead: PythonAhead | None) -> None:
+        """Take what was read ahead (`JudgeAhead.python`): the same as reading it here."""
+        if ahead is None:
+            return
+        self._python.update(ahead.functions)
+        if ahead.index is not None and not self._py_indexed:
+            self._py_indexed.append(True)
+            self._py_index.update(ahead.index)
+
     def python(self, path: str) -> PyFunctions:
         if path not in self._python:
             text = self.read(path)
@@ -124,12 +142,7 @@ class PackageContext:
         if not self._py_indexed:
             # One pass over the package's Python: which files define which names.
             self._py_indexed.append(True)
-            for path in self.paths:
-                if path.endswith(".py"):
-                    text = self.read(path)
-                    if text is not None and "def " in text:
-                        for defined in set(_PY_DEF.findall(text)):
-                            self._py_index.setdefault(defined, []).append(path)
+            self._py_index.update(definitions_index(self.paths, self.read))
         found: list[tuple[PyFunctions, int, int]] = []
         for path in self._py_index.get(name, ())[:4]:
             funcs = self.python(path)
@@ -138,8 +151,15 @@ class PackageContext:
         return found
 
 
-def _build_context(store: FileStore, paths: list[str], gates: Sequence[Gate], target: Arch) -> PackageContext:
+def _build_context(
+    store: FileStore,
+    paths: list[str],
+    gates: Sequence[Gate],
+    target: Arch,
+    ahead: PythonAhead | None = None,
+) -> PackageContext:
     ctx = PackageContext(paths, RegionAnalyzer(store, gates, target), store.read)
+    ctx.seed(ahead)
     for gate in gates:
         if gate.kind is not GateKind.PY_BUILD or not gate.location.path.endswith(".py"):
             continue
@@ -652,13 +672,22 @@ def _judge_report(
                 work.append((target, todo))
         if work:
             plan.append((key, pkg_gates, work))
+    python: dict[_PackageKey, PythonAhead] = {}
     if ahead is not None:
+        for key, _, _ in plan:
+            found_python = ahead.python(key)
+            if found_python is not None:
+                python[key] = found_python
         ahead.cancel()  # what it judged is taken (or not needed): it judges nothing more
     total = sum(len(todo) for _, _, work in plan for _, todo in work)
     observer.start("judging the gated code", total=total)
     judged: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = dict(cached)
     jobs = jobs or default_jobs()
-    fresh = _judge_in_pool(plan, workspace, jobs, observer) if jobs > 1 and total >= POOL_THRESHOLD else None
+    fresh = (
+        _judge_in_pool(plan, workspace, jobs, observer, python)
+        if jobs > 1 and total >= POOL_THRESHOLD
+        else None
+    )
     if fresh is None:  # one job, little work, or a worker died: judged here, run by run as a pool would
         fresh = {}
         with _collected_every_few_runs() as run_done:
@@ -666,7 +695,7 @@ def _judge_report(
                 paths = sorted(workspace.files(name, version))
                 store = FileStore(paths, functools.partial(workspace.read, name, version))
                 for target, todo in work:
-                    ctx = _build_context(store, paths, pkg_gates, target)
+                    ctx = _build_context(store, paths, pkg_gates, target, python.get((name, version)))
                     found_here: list[Verdict] = []
                     for run in _runs(todo):
                         found_here.extend(_judge_all(run, target, ctx.fresh(), observer))
@@ -767,14 +796,16 @@ def _judge_all(todo: Sequence[Gate], target: Arch, ctx: PackageContext, observer
 _PackageKey = tuple[str, str | None]
 # What every worker of a judging pool is handed once, when it starts: each package's files and
 # gates. Its contexts (a package's lexed files, for one target) are kept between the chunks it judges.
-_WORKER_STATE: tuple[Workspace, dict[_PackageKey, list[Gate]]] | None = None
+_WORKER_STATE: tuple[Workspace, dict[_PackageKey, list[Gate]], dict[_PackageKey, PythonAhead]] | None = None
 _WORKER_CONTEXTS: dict[tuple[_PackageKey, Arch], PackageContext] = {}
 _WORKER_STORES: dict[_PackageKey, FileStore] = {}
 _WORKER_BY_ID: dict[_PackageKey, dict[str, Gate]] = {}
 _WORKER_RUN_DONE: Callable[[], None] = _every_few_runs()  # a worker's collections (`_judge_worker_init`)
 
 
-def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]]) -> None:
+def _judge_worker_init(
+    workspace: Workspace, gates: dict[_PackageKey, list[Gate]], python: dict[_PackageKey, PythonAhead]
+) -> None:
     global _WORKER_STATE, _WORKER_RUN_DONE
     # A worker only judges: its collector stays off, and `_judge_chunk` collects every GC_RUNS
     # runs (`GC_RUNS` says why). What it inherited from the parent is frozen, so
@@ -782,7 +813,7 @@ def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]
     gc.disable()
     gc.freeze()
     _WORKER_RUN_DONE = _every_few_runs()
-    _WORKER_STATE = (workspace, gates)
+    _WORKER_STATE = (workspace, gates, python)
     _WORKER_CONTEXTS.clear()
     _WORKER_STORES.clear()
     _WORKER_BY_ID.clear()
@@ -791,14 +822,16 @@ def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]
 def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict]:
     """In a worker: the verdicts of the gates ``ids`` of package ``key`` for ``target``."""
     assert _WORKER_STATE is not None
-    workspace, gates = _WORKER_STATE
+    workspace, gates, python = _WORKER_STATE
     ctx = _WORKER_CONTEXTS.get((key, target))
     if ctx is None:
         paths = sorted(workspace.files(*key))
         store = _WORKER_STORES.get(key)
         if store is None:
             store = _WORKER_STORES[key] = FileStore(paths, functools.partial(workspace.read, *key))
-        ctx = _WORKER_CONTEXTS[(key, target)] = _build_context(store, paths, gates[key], target)
+        ctx = _WORKER_CONTEXTS[(key, target)] = _build_context(
+            store, paths, gates[key], target, python.get(key)
+        )
     by_id = _WORKER_BY_ID.get(key)
     if by_id is None:  # once per package in this worker, not once per run
         by_id = _WORKER_BY_ID[key] = {g.id: g for g in gates[key]}
@@ -807,18 +840,34 @@ def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict
     return found
 
 
+def _python_ahead_part(key: _PackageKey, paths: list[str], index: bool) -> PythonAhead:
+    """In a worker of a `JudgeAhead`: part of package ``key``'s Python read ahead, the
+    `definitions_index` of ``paths`` with ``index``, their `device_functions` without."""
+    assert _WORKER_STATE is not None
+    read = functools.partial(_WORKER_STATE[0].read, *key)
+    if index:
+        return PythonAhead({}, definitions_index(paths, read))
+    return PythonAhead(device_functions(paths, read), None)
+
+
+# Python files read ahead per task of a `JudgeAhead` (most are only checked for a device mention).
+PYTHON_AHEAD_PART = 128
+
+
 def _judge_in_pool(
     plan: Sequence[tuple[_PackageKey, list[Gate], list[tuple[Arch, list[Gate]]]]],
     workspace: Workspace,
     jobs: int,
     observer: Observer,
+    python: dict[_PackageKey, PythonAhead] | None = None,
 ) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
     """`judge_report`'s work in ``jobs`` processes: each (package, target)'s runs of gates
     (`_runs`) judged in whichever worker is free, each with a fresh region analyser (a worker
     keeps only what is pure: the files it lexed, the package's indexes), and put back in order.
     A verdict depends only on its run, so the result is the one-process one whatever ``jobs`` is.
-    None when a worker died."""
-    return _Submitted(plan, workspace, jobs).collect(observer)
+    None when a worker died. ``python``: each package's Python read ahead (`JudgeAhead.python`),
+    handed to every worker."""
+    return _Submitted(plan, workspace, jobs, python=python or {}).collect(observer)
 
 
 class _Submitted:
@@ -829,24 +878,38 @@ class _Submitted:
         plan: Sequence[tuple[_PackageKey, list[Gate], list[tuple[Arch, list[Gate]]]]],
         workspace: Workspace,
         jobs: int,
+        python: dict[_PackageKey, PythonAhead] | None = None,
+        read_ahead: Sequence[_PackageKey] = (),
     ) -> None:
-        from concurrent.futures import Future, ProcessPoolExecutor
+        """``python``: what the workers' judging takes as read (`PackageContext.seed`);
+        ``read_ahead``: the packages whose Python to read (`_python_ahead_part`) once the runs are
+        judged, for `python_of`."""
+        from concurrent.futures import ProcessPoolExecutor
 
-        keys = {key for key, _, _ in plan}
-        files = Workspace.from_files({key: workspace.files(*key) for key in keys})
+        keys = {key for key, _, _ in plan} | set(read_ahead)
+        files = Workspace.from_files({key: workspace.files(*key) for key in sorted(keys, key=str)})
         gates = {key: pkg_gates for key, pkg_gates, _ in plan}
         self._todos = {(key, target): todo for key, _, work in plan for target, todo in work}
         self._pool = ProcessPoolExecutor(
-            max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates)
+            max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates, python or {})
         )
         # Per (package, target), in the plan's order: each run's size and its verdicts to come.
         self._futures: dict[tuple[_PackageKey, Arch], list[tuple[int, Future[list[Verdict]]]]] = {}
+        # Per package: the Python read ahead, its index first, then its files in path order.
+        self._python: dict[_PackageKey, list[Future[PythonAhead]]] = {}
         try:
             for pair, todo in self._todos.items():
                 self._futures[pair] = [
                     (len(run), self._pool.submit(_judge_chunk, pair[0], pair[1], [g.id for g in run]))
                     for run in _runs(todo)
                 ]
+            for key in read_ahead:
+                paths = sorted(p for p in workspace.files(*key) if p.endswith(".py"))
+                if paths:
+                    self._python[key] = [self._pool.submit(_python_ahead_part, key, paths, True)] + [
+                        self._pool.submit(_python_ahead_part, key, paths[i : i + PYTHON_AHEAD_PART], False)
+                        for i in range(0, len(paths), PYTHON_AHEAD_PART)
+                    ]
         except BaseException:  # a process could not start: let go of those that did
             self.cancel()
             raise
@@ -857,9 +920,26 @@ class _Submitted:
         order they were submitted, and they are dropped from the last back to the first one that
         has started: what is dropped is a suffix of the submission order, and so of each
         (package, target)'s runs."""
-        for _, future in reversed([item for runs in self._futures.values() for item in runs]):
+        submitted: list[Future[Any]] = [future for runs in self._futures.values() for _, future in runs]
+        submitted += [future for parts in self._python.values() for future in parts]
+        for future in reversed(submitted):
             if not future.cancel():
                 break  # started (or done): so are all submitted before it
+
+    def python_of(self, key: _PackageKey) -> PythonAhead | None:
+        """Package ``key``'s Python read ahead (`read_ahead`): the files of the parts read (or
+        under way) and the index if it was made; None when nothing was, or a worker died."""
+        parts = [future for future in self._python.get(key, ()) if not future.cancelled()]
+        if not parts:
+            return None
+        try:
+            found = [future.result() for future in parts]
+        except Exception:  # a worker died, or could not read: the judge reads it all itself
+            return None
+        functions: dict[str, PyFunctions] = {}
+        for part in found:
+            functions.update(part.functions)
+        return PythonAhead(functions, next((part.index for part in found if part.index is not None), None))
 
     def pair(
         self, pair: tuple[_PackageKey, Arch], observer: Observer | None = None
@@ -916,7 +996,8 @@ class JudgeAhead:
     from the others'), with the package's CUDA gates as its context, so each verdict is the one
     the judge would reach. `take` hands a package's verdicts for a target over only if its CUDA
     gates and its CUDA gates to judge are still exactly these, and nothing otherwise: the judge
-    then judges them itself."""
+    then judges them itself. After those runs it reads each package's Python for the judge of the
+    other gates (`python`)."""
 
     def __init__(
         self, gates: Iterable[Gate], targets: Sequence[Arch], workspace: Workspace, jobs: int
@@ -942,7 +1023,13 @@ class JudgeAhead:
                     work.append((target, todo))
             if work:
                 plan.append((key, cuda, work))
-        self._submitted = _Submitted(plan, workspace, max(1, jobs)) if plan else None
+        # Then each package's Python, read for the judge of its other gates (`python`).
+        python = [
+            key for key in workspace.package_keys() if any(p.endswith(".py") for p in workspace.files(*key))
+        ]
+        self._submitted = (
+            _Submitted(plan, workspace, max(1, jobs), read_ahead=python) if plan or python else None
+        )
         self._stopped = False
         if self._submitted is not None:  # a report dropped unjudged stops its judging
             weakref.finalize(self, self._submitted.cancel)
@@ -977,6 +1064,16 @@ class JudgeAhead:
         if found is None:
             self._stopped = True
         return found
+
+    def python(self, key: _PackageKey) -> PythonAhead | None:
+        """Package ``key``'s Python read ahead of the judge once its CUDA gates were judged (the
+        index of its function definitions, the `PyFunctions` of the files that mention the
+        device), as far as it got before the judge started (`drop_waiting`); None when it did not
+        start, its processes failed or it was stopped. Reading a file ahead or in the judge gives
+        the same `PyFunctions`, so the verdicts do not depend on how far it got."""
+        if self._stopped or self._submitted is None:
+            return None
+        return self._submitted.python_of(key)
 
     def cancel(self) -> None:
         """Stop judging (what is not taken is not needed): its processes end, and `take` hands
