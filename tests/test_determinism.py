@@ -193,19 +193,25 @@ def test_dropped_runs_are_the_last_ones_of_each_pair() -> None:
         submitted.cancel()
 
 
-def test_python_read_ahead_is_what_the_judge_reads() -> None:
-    """A `JudgeAhead` reads each package's Python once its CUDA runs are judged: the index of its
-    function definitions and the `PyFunctions` of the files that mention the device, each the
-    same as the judge's own reading (so the verdicts cannot depend on how far it got)."""
-    report = scan(
+def _two_packages_with_python() -> Report:
+    """An unjudged scan of a package with Python gates and one with CUDA gates, for sm_120 and
+    sm_90, in one process."""
+    return scan(
         [str(FIXTURES / "python" / "indirect"), str(FIXTURES / "cuda" / "minikern")],
-        ["sm_120"],
+        ["sm_120", "sm_90"],
         cuda_version=(13, 0),
         jobs=1,
         use_cache=False,
     )
+
+
+def test_python_read_ahead_is_what_the_judge_reads() -> None:
+    """A `JudgeAhead` reads each package's Python once its CUDA runs are judged: the index of its
+    function definitions and the `PyFunctions` of the files that mention the device, each the
+    same as the judge's own reading (so the verdicts cannot depend on how far it got)."""
+    report = _two_packages_with_python()
     workspace = report.files("the test")
-    ahead = verdict.JudgeAhead(report.gates, report.target_archs(), workspace, 1)
+    ahead = verdict.JudgeAhead(report.gates, report.target_archs(), workspace, verdict.PARSE_AHEAD_JOBS)
     try:
         read_some = False
         for key in workspace.package_keys():
@@ -229,26 +235,34 @@ def test_python_read_ahead_in_part_gives_the_same_verdicts(monkeypatch: pytest.M
     """The judge starts while the Python is still being read ahead, a file a part at a time: the
     parts not started are dropped, the judge reads those files itself, and its verdicts are the
     ones of a judge that read everything itself."""
-    report = scan(
-        [str(FIXTURES / "python" / "indirect"), str(FIXTURES / "cuda" / "minikern")],
-        ["sm_120", "sm_90"],
-        cuda_version=(13, 0),
-        jobs=1,
-        use_cache=False,
-    )
+    report = _two_packages_with_python()
     monkeypatch.setattr(verdict, "PYTHON_AHEAD_PART", 1)
     serial = judge_scan(report, jobs=1).verdicts
     archs = report.target_archs()
     workspace = report.files("the test")
-    ahead = verdict.JudgeAhead(report.gates, archs, workspace, 1)
+    ahead = verdict.JudgeAhead(report.gates, archs, workspace, verdict.PARSE_AHEAD_JOBS)
     assert ahead._submitted is not None
     parts = [future for futures in ahead._submitted._python.values() for future in futures]
     assert len(parts) > 10
-    parts[0].result()  # the first package's index read; one worker has not read every file
+    parts[0].result()  # the first package's index read; the workers have not read every file
     handed = _pythons(monkeypatch)
     got = verdict.judge_report(report.gates, archs, workspace, jobs=1, ahead=ahead)
     assert tuple(got) == serial
     assert any(found is not None and found.index is not None for found in handed)
+
+
+def test_with_fewer_jobs_only_the_index_is_read_ahead() -> None:
+    """Below `PARSE_AHEAD_JOBS` processes (2 cores: the Python detector holds the other), the
+    judging ahead parses no Python file: it makes each package's index of definitions only."""
+    report = _two_packages_with_python()
+    workspace = report.files("the test")
+    ahead = verdict.JudgeAhead(report.gates, report.target_archs(), workspace, verdict.PARSE_AHEAD_JOBS - 1)
+    try:
+        found = [ahead.python(key) for key in workspace.package_keys()]
+        assert any(f is not None and f.index for f in found)
+        assert all(f is None or not f.functions for f in found)
+    finally:
+        ahead.cancel()
 
 
 def test_definitions_index_in_parts_is_the_whole_index() -> None:

@@ -852,6 +852,12 @@ def _python_ahead_part(key: _PackageKey, paths: list[str], index: bool) -> Pytho
 
 # Python files read ahead per task of a `JudgeAhead` (most are only checked for a device mention).
 PYTHON_AHEAD_PART = 128
+# The fewest processes of a `JudgeAhead` that parse Python files ahead; with fewer it makes only
+# the index of definitions. On 2 cores its one process shares the machine with the Python
+# detector, the scan's longest phase: parsing 2,410 files of FlashInfer + SGLang beside it took
+# 35 s and saved the judge about 6 s after it, yet five alternated cold scans were slower on median
+# (211.4 s against 200.8 s), which this machine's drift could not rule out as a cost.
+PARSE_AHEAD_JOBS = 2
 
 
 def _judge_in_pool(
@@ -883,7 +889,8 @@ class _Submitted:
     ) -> None:
         """``python``: what the workers' judging takes as read (`PackageContext.seed`);
         ``read_ahead``: the packages whose Python to read (`_python_ahead_part`) once the runs are
-        judged, for `python_of`."""
+        judged, for `python_of`: the index of definitions, and with `PARSE_AHEAD_JOBS` jobs or
+        more the files that mention the device."""
         from concurrent.futures import ProcessPoolExecutor
 
         keys = {key for key, _, _ in plan} | set(read_ahead)
@@ -905,8 +912,11 @@ class _Submitted:
                 ]
             for key in read_ahead:
                 paths = sorted(p for p in workspace.files(*key) if p.endswith(".py"))
-                if paths:
-                    self._python[key] = [self._pool.submit(_python_ahead_part, key, paths, True)] + [
+                if not paths:
+                    continue
+                self._python[key] = [self._pool.submit(_python_ahead_part, key, paths, True)]
+                if jobs >= PARSE_AHEAD_JOBS:
+                    self._python[key] += [
                         self._pool.submit(_python_ahead_part, key, paths[i : i + PYTHON_AHEAD_PART], False)
                         for i in range(0, len(paths), PYTHON_AHEAD_PART)
                     ]
