@@ -7,7 +7,6 @@ aside) are byte-identical."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +16,6 @@ import pytest
 
 from liftgate.detect import cfamily
 from liftgate.judge import verdict
-from liftgate.judge.pyregion import PyFunctions, PythonAhead, definitions_index
 from liftgate.judge.verdict import judge_scan
 from liftgate.model import Report
 from liftgate.report import OutputFormat, render
@@ -108,20 +106,6 @@ def _takes(monkeypatch: pytest.MonkeyPatch) -> list[Taken]:
     return taken
 
 
-def _pythons(monkeypatch: pytest.MonkeyPatch) -> list[PythonAhead | None]:
-    """What each `JudgeAhead.python` call hands over, from now on (None: nothing)."""
-    handed: list[PythonAhead | None] = []
-    python = verdict.JudgeAhead.python
-
-    def recorded(self: verdict.JudgeAhead, key: tuple[str, str | None]) -> PythonAhead | None:
-        found = python(self, key)
-        handed.append(found)
-        return found
-
-    monkeypatch.setattr(verdict.JudgeAhead, "python", recorded)
-    return handed
-
-
 @pytest.mark.parametrize("jobs", [2, 4])
 def test_cuda_gates_judged_ahead_give_the_same_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
@@ -133,11 +117,9 @@ def test_cuda_gates_judged_ahead_give_the_same_report(
     monkeypatch.setattr(verdict, "JUDGE_RUN", 2)
     monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
     taken = _takes(monkeypatch)
-    handed = _pythons(monkeypatch)
     one = _report(trees, 1)
     assert not taken  # one job: nothing runs ahead
     assert _report(trees, jobs, judge_ahead=True) == one
-    assert handed  # the packages' Python was read ahead too (how far it got depends on timing)
     assert taken and None not in taken  # every package's CUDA runs were judged ahead or left to the judge
     # (how many of each depends on how far the judging ahead got: see the next test for both)
     assert sum(len(found[0]) + found[1] for found in taken if found is not None) > 10
@@ -191,98 +173,6 @@ def test_dropped_runs_are_the_last_ones_of_each_pair() -> None:
             assert found is not None
     finally:
         submitted.cancel()
-
-
-def _two_packages_with_python() -> Report:
-    """An unjudged scan of a package with Python gates and one with CUDA gates, for sm_120 and
-    sm_90, in one process."""
-    return scan(
-        [str(FIXTURES / "python" / "indirect"), str(FIXTURES / "cuda" / "minikern")],
-        ["sm_120", "sm_90"],
-        cuda_version=(13, 0),
-        jobs=1,
-        use_cache=False,
-    )
-
-
-def test_python_read_ahead_is_what_the_judge_reads() -> None:
-    """A `JudgeAhead` reads each package's Python once its CUDA runs are judged: the index of its
-    function definitions and the `PyFunctions` of the files that mention the device, each the
-    same as the judge's own reading (so the verdicts cannot depend on how far it got)."""
-    report = _two_packages_with_python()
-    workspace = report.files("the test")
-    ahead = verdict.JudgeAhead(report.gates, report.target_archs(), workspace, verdict.PARSE_AHEAD_JOBS)
-    try:
-        read_some = False
-        for key in workspace.package_keys():
-            paths = sorted(workspace.files(*key))
-            read = functools.partial(workspace.read, *key)
-            found = ahead.python(key)
-            if not any(path.endswith(".py") for path in paths):
-                assert found is None
-                continue
-            assert found is not None
-            assert found.index == definitions_index(paths, read)
-            for path, functions in found.functions.items():
-                assert functions == PyFunctions.parse(read(path) or "")
-            read_some = read_some or bool(found.functions)
-        assert read_some  # python/indirect's files mention the device
-    finally:
-        ahead.cancel()
-
-
-def test_python_read_ahead_in_part_gives_the_same_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The judge starts while the Python is still being read ahead, a file a part at a time: the
-    parts not started are dropped, the judge reads those files itself, and its verdicts are the
-    ones of a judge that read everything itself."""
-    report = _two_packages_with_python()
-    monkeypatch.setattr(verdict, "PYTHON_AHEAD_PART", 1)
-    serial = judge_scan(report, jobs=1).verdicts
-    archs = report.target_archs()
-    workspace = report.files("the test")
-    ahead = verdict.JudgeAhead(report.gates, archs, workspace, verdict.PARSE_AHEAD_JOBS)
-    assert ahead._submitted is not None
-    parts = [future for futures in ahead._submitted._python.values() for future in futures]
-    assert len(parts) > 10
-    parts[0].result()  # the first package's index read; the workers have not read every file
-    handed = _pythons(monkeypatch)
-    got = verdict.judge_report(report.gates, archs, workspace, jobs=1, ahead=ahead)
-    assert tuple(got) == serial
-    assert any(found is not None and found.index is not None for found in handed)
-
-
-def test_with_fewer_jobs_only_the_index_is_read_ahead() -> None:
-    """Below `PARSE_AHEAD_JOBS` processes (2 cores: the Python detector holds the other), the
-    judging ahead parses no Python file: it makes each package's index of definitions only."""
-    report = _two_packages_with_python()
-    workspace = report.files("the test")
-    ahead = verdict.JudgeAhead(report.gates, report.target_archs(), workspace, verdict.PARSE_AHEAD_JOBS - 1)
-    try:
-        found = [ahead.python(key) for key in workspace.package_keys()]
-        assert any(f is not None and f.index for f in found)
-        assert all(f is None or not f.functions for f in found)
-    finally:
-        ahead.cancel()
-
-
-def test_definitions_index_in_parts_is_the_whole_index() -> None:
-    """`definitions_index` of consecutive parts of the paths, joined in order, is the index of all
-    of them (how the judging ahead reads a package)."""
-    root = FIXTURES / "python" / "indirect"
-    paths = sorted(str(p.relative_to(root)) for p in root.rglob("*.py"))
-    assert len(paths) > 5
-
-    def read(path: str) -> str | None:
-        return (root / path).read_text()
-
-    whole = definitions_index(paths, read)
-    assert whole
-    for cut in range(len(paths) + 1):
-        joined: dict[str, list[str]] = {}
-        for part in (paths[:cut], paths[cut:]):
-            for name, found in definitions_index(part, read).items():
-                joined.setdefault(name, []).extend(found)
-        assert joined == whole
 
 
 def test_cuda_verdicts_judged_ahead_on_other_gates_are_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import ast
 import bisect
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from liftgate.detect.py_binding import runtime_prefilter, walk
+from liftgate.detect.py_binding import walk
 
 MAX_DEPTH = 2
-
-_PY_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.M)
 
 
 @dataclass
@@ -73,43 +70,6 @@ class PyFunctions:
                 break
             out.append((name, line))
         return out
-
-
-def definitions_index(paths: Iterable[str], read: Callable[[str], str | None]) -> dict[str, list[str]]:
-    """Which of ``paths`` (the Python ones) define each function name (``def name(``), in the
-    order of ``paths``: the index of ``paths`` cut in consecutive parts is each part's index
-    joined in order."""
-    index: dict[str, list[str]] = {}
-    for path in paths:
-        if path.endswith(".py"):
-            text = read(path)
-            if text is not None and "def " in text:
-                for defined in set(_PY_DEF.findall(text)):
-                    index.setdefault(defined, []).append(path)
-    return index
-
-
-def device_functions(paths: Iterable[str], read: Callable[[str], str | None]) -> dict[str, PyFunctions]:
-    """`PyFunctions` of those of ``paths`` whose text mentions the device (`runtime_prefilter`):
-    the files most of a package's Python gates are in, parsed ahead of the judge (`JudgeAhead`)."""
-    out: dict[str, PyFunctions] = {}
-    for path in paths:
-        if path.endswith(".py"):
-            text = read(path)
-            if text is not None and runtime_prefilter(text.encode()):
-                out[path] = PyFunctions.parse(text)
-    return out
-
-
-@dataclass(frozen=True)
-class PythonAhead:
-    """A package's Python read ahead of the judge, while the scan's Python detector ran: the
-    `PyFunctions` of some files, and the `definitions_index` of all of them (None when it was not
-    made). Pure functions of the files' text: the judge reads the rest itself, and its verdicts
-    are the same either way."""
-
-    functions: dict[str, PyFunctions]
-    index: dict[str, list[str]] | None
 
 
 @dataclass

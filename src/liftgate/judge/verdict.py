@@ -35,18 +35,11 @@ import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
 
 from liftgate.arch.core import Arch, universe
 from liftgate.collector import collector_off
 from liftgate.judge.catalog import Feature, load_catalog
-from liftgate.judge.pyregion import (
-    PyFunctions,
-    PythonAhead,
-    branch_calls,
-    definitions_index,
-    device_functions,
-)
+from liftgate.judge.pyregion import PyFunctions, branch_calls
 from liftgate.judge.region import (
     MAX_CLOSURE,
     MAX_DEPENDENTS,
@@ -74,9 +67,7 @@ from liftgate.scan.pool import POOL_THRESHOLD, default_jobs
 from liftgate.sources.interface import NullObserver, Observer
 from liftgate.sources.workspace import Workspace
 
-if TYPE_CHECKING:
-    from concurrent.futures import Future
-
+_PY_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[ \t]*\(", re.M)
 MAX_LISTED = 6
 BEST_EFFORT = "best effort"
 
@@ -120,15 +111,6 @@ class PackageContext:
     _py_indexed: list[bool] = field(default_factory=list)
     _py_defs: dict[str, list[tuple[PyFunctions, int, int]]] = field(default_factory=dict)
 
-    def seed(self, ahead: PythonAhead | None) -> None:
-        """Take what was read ahead (`JudgeAhead.python`): the same as reading it here."""
-        if ahead is None:
-            return
-        self._python.update(ahead.functions)
-        if ahead.index is not None and not self._py_indexed:
-            self._py_indexed.append(True)
-            self._py_index.update(ahead.index)
-
     def python(self, path: str) -> PyFunctions:
         if path not in self._python:
             text = self.read(path)
@@ -142,7 +124,12 @@ class PackageContext:
         if not self._py_indexed:
             # One pass over the package's Python: which files define which names.
             self._py_indexed.append(True)
-            self._py_index.update(definitions_index(self.paths, self.read))
+            for path in self.paths:
+                if path.endswith(".py"):
+                    text = self.read(path)
+                    if text is not None and "def " in text:
+                        for defined in set(_PY_DEF.findall(text)):
+                            self._py_index.setdefault(defined, []).append(path)
         found: list[tuple[PyFunctions, int, int]] = []
         for path in self._py_index.get(name, ())[:4]:
             funcs = self.python(path)
@@ -151,15 +138,8 @@ class PackageContext:
         return found
 
 
-def _build_context(
-    store: FileStore,
-    paths: list[str],
-    gates: Sequence[Gate],
-    target: Arch,
-    ahead: PythonAhead | None = None,
-) -> PackageContext:
+def _build_context(store: FileStore, paths: list[str], gates: Sequence[Gate], target: Arch) -> PackageContext:
     ctx = PackageContext(paths, RegionAnalyzer(store, gates, target), store.read)
-    ctx.seed(ahead)
     for gate in gates:
         if gate.kind is not GateKind.PY_BUILD or not gate.location.path.endswith(".py"):
             continue
@@ -672,22 +652,13 @@ def _judge_report(
                 work.append((target, todo))
         if work:
             plan.append((key, pkg_gates, work))
-    python: dict[_PackageKey, PythonAhead] = {}
     if ahead is not None:
-        for key, _, _ in plan:
-            found_python = ahead.python(key)
-            if found_python is not None:
-                python[key] = found_python
         ahead.cancel()  # what it judged is taken (or not needed): it judges nothing more
     total = sum(len(todo) for _, _, work in plan for _, todo in work)
     observer.start("judging the gated code", total=total)
     judged: dict[tuple[tuple[str, str | None], Arch], list[Verdict]] = dict(cached)
     jobs = jobs or default_jobs()
-    fresh = (
-        _judge_in_pool(plan, workspace, jobs, observer, python)
-        if jobs > 1 and total >= POOL_THRESHOLD
-        else None
-    )
+    fresh = _judge_in_pool(plan, workspace, jobs, observer) if jobs > 1 and total >= POOL_THRESHOLD else None
     if fresh is None:  # one job, little work, or a worker died: judged here, run by run as a pool would
         fresh = {}
         with _collected_every_few_runs() as run_done:
@@ -695,7 +666,7 @@ def _judge_report(
                 paths = sorted(workspace.files(name, version))
                 store = FileStore(paths, functools.partial(workspace.read, name, version))
                 for target, todo in work:
-                    ctx = _build_context(store, paths, pkg_gates, target, python.get((name, version)))
+                    ctx = _build_context(store, paths, pkg_gates, target)
                     found_here: list[Verdict] = []
                     for run in _runs(todo):
                         found_here.extend(_judge_all(run, target, ctx.fresh(), observer))
@@ -796,16 +767,14 @@ def _judge_all(todo: Sequence[Gate], target: Arch, ctx: PackageContext, observer
 _PackageKey = tuple[str, str | None]
 # What every worker of a judging pool is handed once, when it starts: each package's files and
 # gates. Its contexts (a package's lexed files, for one target) are kept between the chunks it judges.
-_WORKER_STATE: tuple[Workspace, dict[_PackageKey, list[Gate]], dict[_PackageKey, PythonAhead]] | None = None
+_WORKER_STATE: tuple[Workspace, dict[_PackageKey, list[Gate]]] | None = None
 _WORKER_CONTEXTS: dict[tuple[_PackageKey, Arch], PackageContext] = {}
 _WORKER_STORES: dict[_PackageKey, FileStore] = {}
 _WORKER_BY_ID: dict[_PackageKey, dict[str, Gate]] = {}
 _WORKER_RUN_DONE: Callable[[], None] = _every_few_runs()  # a worker's collections (`_judge_worker_init`)
 
 
-def _judge_worker_init(
-    workspace: Workspace, gates: dict[_PackageKey, list[Gate]], python: dict[_PackageKey, PythonAhead]
-) -> None:
+def _judge_worker_init(workspace: Workspace, gates: dict[_PackageKey, list[Gate]]) -> None:
     global _WORKER_STATE, _WORKER_RUN_DONE
     # A worker only judges: its collector stays off, and `_judge_chunk` collects every GC_RUNS
     # runs (`GC_RUNS` says why). What it inherited from the parent is frozen, so
@@ -813,7 +782,7 @@ def _judge_worker_init(
     gc.disable()
     gc.freeze()
     _WORKER_RUN_DONE = _every_few_runs()
-    _WORKER_STATE = (workspace, gates, python)
+    _WORKER_STATE = (workspace, gates)
     _WORKER_CONTEXTS.clear()
     _WORKER_STORES.clear()
     _WORKER_BY_ID.clear()
@@ -822,16 +791,14 @@ def _judge_worker_init(
 def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict]:
     """In a worker: the verdicts of the gates ``ids`` of package ``key`` for ``target``."""
     assert _WORKER_STATE is not None
-    workspace, gates, python = _WORKER_STATE
+    workspace, gates = _WORKER_STATE
     ctx = _WORKER_CONTEXTS.get((key, target))
     if ctx is None:
         paths = sorted(workspace.files(*key))
         store = _WORKER_STORES.get(key)
         if store is None:
             store = _WORKER_STORES[key] = FileStore(paths, functools.partial(workspace.read, *key))
-        ctx = _WORKER_CONTEXTS[(key, target)] = _build_context(
-            store, paths, gates[key], target, python.get(key)
-        )
+        ctx = _WORKER_CONTEXTS[(key, target)] = _build_context(store, paths, gates[key], target)
     by_id = _WORKER_BY_ID.get(key)
     if by_id is None:  # once per package in this worker, not once per run
         by_id = _WORKER_BY_ID[key] = {g.id: g for g in gates[key]}
@@ -840,40 +807,18 @@ def _judge_chunk(key: _PackageKey, target: Arch, ids: list[str]) -> list[Verdict
     return found
 
 
-def _python_ahead_part(key: _PackageKey, paths: list[str], index: bool) -> PythonAhead:
-    """In a worker of a `JudgeAhead`: part of package ``key``'s Python read ahead, the
-    `definitions_index` of ``paths`` with ``index``, their `device_functions` without."""
-    assert _WORKER_STATE is not None
-    read = functools.partial(_WORKER_STATE[0].read, *key)
-    if index:
-        return PythonAhead({}, definitions_index(paths, read))
-    return PythonAhead(device_functions(paths, read), None)
-
-
-# Python files read ahead per task of a `JudgeAhead` (most are only checked for a device mention).
-PYTHON_AHEAD_PART = 128
-# The fewest processes of a `JudgeAhead` that parse Python files ahead; with fewer it makes only
-# the index of definitions. On 2 cores its one process shares the machine with the Python
-# detector, the scan's longest phase: parsing 2,410 files of FlashInfer + SGLang beside it took
-# 35 s and saved the judge about 6 s after it, yet five alternated cold scans were slower on median
-# (211.4 s against 200.8 s), which this machine's drift could not rule out as a cost.
-PARSE_AHEAD_JOBS = 2
-
-
 def _judge_in_pool(
     plan: Sequence[tuple[_PackageKey, list[Gate], list[tuple[Arch, list[Gate]]]]],
     workspace: Workspace,
     jobs: int,
     observer: Observer,
-    python: dict[_PackageKey, PythonAhead] | None = None,
 ) -> dict[tuple[_PackageKey, Arch], list[Verdict]] | None:
     """`judge_report`'s work in ``jobs`` processes: each (package, target)'s runs of gates
     (`_runs`) judged in whichever worker is free, each with a fresh region analyser (a worker
     keeps only what is pure: the files it lexed, the package's indexes), and put back in order.
     A verdict depends only on its run, so the result is the one-process one whatever ``jobs`` is.
-    None when a worker died. ``python``: each package's Python read ahead (`JudgeAhead.python`),
-    handed to every worker."""
-    return _Submitted(plan, workspace, jobs, python=python or {}).collect(observer)
+    None when a worker died."""
+    return _Submitted(plan, workspace, jobs).collect(observer)
 
 
 class _Submitted:
@@ -884,42 +829,24 @@ class _Submitted:
         plan: Sequence[tuple[_PackageKey, list[Gate], list[tuple[Arch, list[Gate]]]]],
         workspace: Workspace,
         jobs: int,
-        python: dict[_PackageKey, PythonAhead] | None = None,
-        read_ahead: Sequence[_PackageKey] = (),
     ) -> None:
-        """``python``: what the workers' judging takes as read (`PackageContext.seed`);
-        ``read_ahead``: the packages whose Python to read (`_python_ahead_part`) once the runs are
-        judged, for `python_of`: the index of definitions, and with `PARSE_AHEAD_JOBS` jobs or
-        more the files that mention the device."""
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import Future, ProcessPoolExecutor
 
-        keys = {key for key, _, _ in plan} | set(read_ahead)
-        files = Workspace.from_files({key: workspace.files(*key) for key in sorted(keys, key=str)})
+        keys = {key for key, _, _ in plan}
+        files = Workspace.from_files({key: workspace.files(*key) for key in keys})
         gates = {key: pkg_gates for key, pkg_gates, _ in plan}
         self._todos = {(key, target): todo for key, _, work in plan for target, todo in work}
         self._pool = ProcessPoolExecutor(
-            max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates, python or {})
+            max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates)
         )
         # Per (package, target), in the plan's order: each run's size and its verdicts to come.
         self._futures: dict[tuple[_PackageKey, Arch], list[tuple[int, Future[list[Verdict]]]]] = {}
-        # Per package: the Python read ahead, its index first, then its files in path order.
-        self._python: dict[_PackageKey, list[Future[PythonAhead]]] = {}
         try:
             for pair, todo in self._todos.items():
                 self._futures[pair] = [
                     (len(run), self._pool.submit(_judge_chunk, pair[0], pair[1], [g.id for g in run]))
                     for run in _runs(todo)
                 ]
-            for key in read_ahead:
-                paths = sorted(p for p in workspace.files(*key) if p.endswith(".py"))
-                if not paths:
-                    continue
-                self._python[key] = [self._pool.submit(_python_ahead_part, key, paths, True)]
-                if jobs >= PARSE_AHEAD_JOBS:
-                    self._python[key] += [
-                        self._pool.submit(_python_ahead_part, key, paths[i : i + PYTHON_AHEAD_PART], False)
-                        for i in range(0, len(paths), PYTHON_AHEAD_PART)
-                    ]
         except BaseException:  # a process could not start: let go of those that did
             self.cancel()
             raise
@@ -930,26 +857,9 @@ class _Submitted:
         order they were submitted, and they are dropped from the last back to the first one that
         has started: what is dropped is a suffix of the submission order, and so of each
         (package, target)'s runs."""
-        submitted: list[Future[Any]] = [future for runs in self._futures.values() for _, future in runs]
-        submitted += [future for parts in self._python.values() for future in parts]
-        for future in reversed(submitted):
+        for _, future in reversed([item for runs in self._futures.values() for item in runs]):
             if not future.cancel():
                 break  # started (or done): so are all submitted before it
-
-    def python_of(self, key: _PackageKey) -> PythonAhead | None:
-        """Package ``key``'s Python read ahead (`read_ahead`): the files of the parts read (or
-        under way) and the index if it was made; None when nothing was, or a worker died."""
-        parts = [future for future in self._python.get(key, ()) if not future.cancelled()]
-        if not parts:
-            return None
-        try:
-            found = [future.result() for future in parts]
-        except Exception:  # a worker died, or could not read: the judge reads it all itself
-            return None
-        functions: dict[str, PyFunctions] = {}
-        for part in found:
-            functions.update(part.functions)
-        return PythonAhead(functions, next((part.index for part in found if part.index is not None), None))
 
     def pair(
         self, pair: tuple[_PackageKey, Arch], observer: Observer | None = None
@@ -1006,8 +916,7 @@ class JudgeAhead:
     from the others'), with the package's CUDA gates as its context, so each verdict is the one
     the judge would reach. `take` hands a package's verdicts for a target over only if its CUDA
     gates and its CUDA gates to judge are still exactly these, and nothing otherwise: the judge
-    then judges them itself. After those runs it reads each package's Python for the judge of the
-    other gates (`python`)."""
+    then judges them itself."""
 
     def __init__(
         self, gates: Iterable[Gate], targets: Sequence[Arch], workspace: Workspace, jobs: int
@@ -1033,13 +942,7 @@ class JudgeAhead:
                     work.append((target, todo))
             if work:
                 plan.append((key, cuda, work))
-        # Then each package's Python, read for the judge of its other gates (`python`).
-        python = [
-            key for key in workspace.package_keys() if any(p.endswith(".py") for p in workspace.files(*key))
-        ]
-        self._submitted = (
-            _Submitted(plan, workspace, max(1, jobs), read_ahead=python) if plan or python else None
-        )
+        self._submitted = _Submitted(plan, workspace, max(1, jobs)) if plan else None
         self._stopped = False
         if self._submitted is not None:  # a report dropped unjudged stops its judging
             weakref.finalize(self, self._submitted.cancel)
@@ -1074,16 +977,6 @@ class JudgeAhead:
         if found is None:
             self._stopped = True
         return found
-
-    def python(self, key: _PackageKey) -> PythonAhead | None:
-        """Package ``key``'s Python read ahead of the judge once its CUDA gates were judged (the
-        index of its function definitions, the `PyFunctions` of the files that mention the
-        device), as far as it got before the judge started (`drop_waiting`); None when it did not
-        start, its processes failed or it was stopped. Reading a file ahead or in the judge gives
-        the same `PyFunctions`, so the verdicts do not depend on how far it got."""
-        if self._stopped or self._submitted is None:
-            return None
-        return self._submitted.python_of(key)
 
     def cancel(self) -> None:
         """Stop judging (what is not taken is not needed): its processes end, and `take` hands
