@@ -312,3 +312,29 @@ def test_a_parameter_annotated_with_a_class_chooses_within_its_family() -> None:
     ]
     assert caps_of(gate.admitted) == {(10, 0), (10, 3), (11, 0), (12, 0), (12, 1)}
     assert caps_of(gate.unknown) == {(9, 0)}
+
+
+def test_a_parameter_is_read_with_the_first_call_sites_in_the_code_not_the_first_walked() -> None:
+    """At most eight call sites are kept per parameter: the first eight by place in the code, not
+    the first eight the walk met. A module's top level is walked before its functions, so here the
+    call in ``early`` (line 6) is met after the eight at the top level below it; it is the first in
+    the code, so it is kept and named first (the first eight met were kept before)."""
+    from liftgate.detect.python import PySource
+
+    callers = (
+        "import torch\nfrom pkg.core import pick\n\n\ndef early():\n"
+        "    return pick(torch.cuda.get_device_capability()[0] * 10 + 1)\n\n\n"
+        "CAP = torch.cuda.get_device_capability()\n"
+        + "".join(f"X{k} = pick(CAP[0] * 10 + {k})\n" for k in range(1, 9))
+    )
+    files = {
+        "pkg/core.py": "# a capability from torch.cuda.get_device_capability()\n"
+        "def pick(cap):\n    if cap >= 100:\n        return 1\n    return 0\n",
+        "pkg/callers.py": callers,
+    }
+    sources = [PySource("pkg", "1.0", path, text.encode) for path, text in files.items()]
+    gates, skips = detect_py_runtime(sources)
+    assert skips == []
+    (gate,) = [g for g in gates if g.location.path == "pkg/core.py" and g.condition == "cap >= 100"]
+    sites = [e.line for e in gate.evidence if e.text.startswith("called as pick(")]
+    assert sites == [6, 10, 11]

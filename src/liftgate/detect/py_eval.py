@@ -81,6 +81,14 @@ from liftgate.detect.pyvalues import (
 from liftgate.model import ElseKind, Evidence, Span
 
 _MAX_CALL_DEPTH = 8
+MAX_CALL_SITES = 8  # call sites kept per parameter of a function walked with its callers' values
+
+
+def _site_order(entry: tuple[AV, Evidence]) -> tuple[str, int, str]:
+    site = entry[1]
+    return (site.path or "", site.line or 0, site.text)
+
+
 # Expressions being evaluated inside each other, callees included: a deeper one is "anything".
 # Real code nests expressions ~20 deep; the bound keeps the walk well inside the recursion limit
 # `PythonAnalyzer.analyze` sets (6,000), each level costing about three Python frames.
@@ -1115,10 +1123,14 @@ class Evaluator(Scopes):
         site = Evidence(f"called as {shown}", frame.module.path, getattr(node, "lineno", None))
         sites = self.call_sites.setdefault(id(info.node), {})
         for name, value in bound.items():
-            if value.arch and len(sites.setdefault(name, [])) < 8:
-                entry = (value, site)
-                if all(v.sets != value.sets or e != site for v, e in sites[name]):
-                    sites[name].append(entry)
+            if value.arch:
+                entries = sites.setdefault(name, [])
+                if all(v.sets != value.sets or e != site for v, e in entries):
+                    # The first sites by place in the code, not the first the walk met: which
+                    # modules were walked first must not choose the callers a gate is read with.
+                    entries.append((value, site))
+                    entries.sort(key=_site_order)
+                    del entries[MAX_CALL_SITES:]
 
     def _call_function(self, ref: FuncRef, args: list[AV], kwargs: dict[str, AV], node: ast.AST) -> AV:
         info = self._callables.get(ref.key)

@@ -48,7 +48,7 @@ class Interpreter(Executor):
             int, tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame, tuple[str, ...], ClassRef | None]
         ] = {}
         self._function_order: dict[int, int] = {}
-        self._parametric_done: dict[int, tuple[tuple[str, int], ...]] = {}
+        self._parametric_done: dict[int, tuple[object, ...]] = {}  # by function: the call sites walked with
         self._self_lookups: dict[int, frozenset[str]] = {}  # by function node: the names read on its self
         self._mentions_device: dict[int, bool] = {}  # by statement node: whether its text mentions the device
 
@@ -82,7 +82,13 @@ class Interpreter(Executor):
         walked = 0
         for node_id in sorted(self.call_sites, key=lambda n: self._function_order.get(n, 0)):
             sites = self.call_sites[node_id]
-            signature = tuple(sorted((name, len(entries)) for name, entries in sites.items()))
+            # Walked again when a site joins (or, past the cap, displaces one), not only when one is added.
+            signature = tuple(
+                sorted(
+                    (name, tuple((e.path, e.line, e.text) for _, e in entries))
+                    for name, entries in sites.items()
+                )
+            )
             context = self._walked_functions.get(node_id)
             if context is None or self._parametric_done.get(node_id) == signature:
                 continue
