@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Group, RenderableType
@@ -158,3 +159,40 @@ def test_print_table_lays_out_rows_itself_only_where_rich_would_not_narrow_them(
     plain = _table_printed(table, False, 80, 4, fast=True).splitlines()
     assert plain[0].startswith("       12 one two  cut m… ")
     assert len(plain) == 5  # the folded cell's three lines, then the line break's two
+
+
+def test_a_scans_gate_tables_are_laid_out_here_and_print_as_rich_prints_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tables `_new_table` makes for a real report (the fixture trees, two targets, judged) are
+    ones `print_table` lays out itself, at the widths a terminal has, and the report prints the
+    same as with rich's table."""
+    from pathlib import Path
+
+    import liftgate
+    import liftgate.report.table as table_module
+    from liftgate.judge.verdict import judge_scan
+    from liftgate.report import RenderOptions, render
+    from liftgate.report.interface import Show
+
+    fixtures = Path(__file__).parent / "fixtures"
+    report = judge_scan(
+        liftgate.scan(
+            [str(fixtures / "cuda"), str(fixtures / "python")], ["sm_120", "sm_90"], use_cache=False, jobs=1
+        )
+    )
+    laid_out: list[bool] = []
+    own = table_module._table_rows
+
+    def recording(console: object, table: object, indent: int) -> object:
+        rows = own(console, table, indent)  # type: ignore[arg-type]
+        laid_out.append(rows is not None)
+        return rows
+
+    for width, verbose in ((100, False), (160, False), (120, True)):
+        options = RenderOptions(show=Show.ALL, width=width, verbose=verbose, color=True)
+        monkeypatch.setattr(table_module, "_table_rows", recording)
+        fast = render(report, "table", options)
+        monkeypatch.setattr(table_module, "_table_rows", lambda console, table, indent: None)
+        assert fast == render(report, "table", options)
+    assert laid_out and all(laid_out)
