@@ -783,13 +783,12 @@ def _cell_lines(console: Console, text: Text, options: ConsoleOptions) -> list[l
     join has it, without the wrapping around it."""
     plain = text.plain
     width = options.max_width
+    # What `print_lines` writes itself, with no setting of the text's own over the column's, and
+    # one column a character (the justification below counts characters).
     if (
-        text.justify is None
+        _fits(text, width, indented=False)
         and text.overflow is None
         and text.no_wrap is None
-        and text.end == "\n"
-        and len(plain) <= width
-        and plain.isprintable()
         and cell_len(plain) == len(plain)
     ):
         line = text.copy()
