@@ -82,13 +82,6 @@ from liftgate.model import ElseKind, Evidence, Span
 
 _MAX_CALL_DEPTH = 8
 MAX_CALL_SITES = 8  # call sites kept per parameter of a function walked with its callers' values
-
-
-def _site_order(entry: tuple[AV, Evidence]) -> tuple[str, int, str]:
-    site = entry[1]
-    return (site.path or "", site.line or 0, site.text)
-
-
 # Expressions being evaluated inside each other, callees included: a deeper one is "anything".
 # Real code nests expressions ~20 deep; the bound keeps the walk well inside the recursion limit
 # `PythonAnalyzer.analyze` sets (6,000), each level costing about three Python frames.
@@ -98,6 +91,12 @@ _INITIALIZER = re.compile(r"__init__|__post_init__|_?init|_?setup|_?initialize|_
 _STEP_BUDGET = 50_000
 
 T = TypeVar("T")
+
+
+def _site_order(entry: tuple[AV, Evidence]) -> tuple[str, int, str]:
+    """Where a call site is in the code: the order the sites kept per parameter are chosen in."""
+    site = entry[1]
+    return (site.path or "", site.line or 0, site.text)
 
 
 @dataclass(frozen=True, slots=True)
