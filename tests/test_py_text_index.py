@@ -66,3 +66,38 @@ def test_branch_lines_equal_the_regex_on_every_line(text: str) -> None:
     ]
     assert py_binding.branch_lines(text) == expected
     assert all(re.search(r"if|for", text.splitlines()[n - 1]) for n in expected)
+
+
+_DEF_PIECES = ["def", "async", "global", "x", "_a1", "(", " ", "\t", "\n", "\r\n", "\r", "\x0c", "#", "é"]  # fmt: skip
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(_DEF_PIECES), max_size=50).map("".join))
+def test_line_matches_on_text_equal_the_regex(text: str) -> None:
+    """On text (``str``) too: the judge's index of definitions is ``findall`` of its pattern, and the
+    interpreter's test for a ``global`` statement is the pattern's ``search``."""
+    from liftgate.judge.verdict import _PY_DEF
+
+    found = [m.group(1) for m in py_binding.line_matches(_PY_DEF, text, "def", at_break=False)]
+    assert found == _PY_DEF.findall(text)
+    first = py_binding.line_matches(py_binding._GLOBAL_STATEMENT, text, "global", at_break=False, first=True)
+    expected = py_binding._GLOBAL_STATEMENT.search(text)
+    assert [m.span() for m in first] == ([expected.span()] if expected else [])
+
+
+def test_line_matches_on_real_text() -> None:
+    from liftgate.judge.verdict import _PY_DEF
+
+    text = "def f(x):\n    global _cfg\n    async def g ( y ):\n        global _n\nundef(1)\n  def h(): ...\n"
+    assert [m.group(1) for m in py_binding.line_matches(_PY_DEF, text, "def", at_break=False)] == [
+        "f",
+        "g",
+        "h",
+    ]
+    (first,) = py_binding.line_matches(
+        py_binding._GLOBAL_STATEMENT, text, "global", at_break=False, first=True
+    )
+    assert first.start() == text.index("    global")
+    assert (
+        py_binding.line_matches(py_binding._GLOBAL_STATEMENT, "x = 'global y'\n", "global", False, True) == []
+    )

@@ -15,6 +15,7 @@ import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import AnyStr
 
 
 def walk(tree: ast.AST) -> Iterator[ast.AST]:
@@ -57,6 +58,32 @@ def _child_fields(node_type: type) -> tuple[str, ...]:
     )
     _CHILD_FIELDS[node_type] = found
     return found
+
+
+def line_matches(
+    pattern: re.Pattern[AnyStr], data: AnyStr, literal: AnyStr, at_break: bool, first: bool = False
+) -> list[re.Match[AnyStr]]:
+    """``pattern.finditer(data)`` for a pattern whose matches start at a line (``at_break``: at the
+    line break before it) that holds ``literal``: the pattern is tried only at such lines (``first``:
+    up to the first match). Finding the literal by ``find`` is many times faster than the regex
+    engine trying every position of a text: the Python detector's text indexes run over every
+    module (168 MB for FlashInfer and SGLang), the judge's index of definitions over a package's."""
+    out: list[re.Match[AnyStr]] = []
+    newline: AnyStr = b"\n" if isinstance(data, bytes) else "\n"
+    end, tried = 0, -1  # `tried`: the last start tried, so that a line is tried once
+    i = data.find(literal)
+    while i >= 0:
+        start = data.rfind(newline, 0, i) + (0 if at_break else 1)
+        if start >= end and start != tried:
+            tried = start
+            found = pattern.match(data, start)
+            if found is not None:
+                out.append(found)
+                if first:
+                    break
+                end = found.end()
+        i = data.find(literal, i + len(literal))
+    return out
 
 
 def module_name_for(path: str) -> str:
@@ -207,7 +234,7 @@ def _bind_rebound_globals(module: Module) -> None:
     module-level value alone: each such assignment is a binding too ("rebound"), evaluated with the
     function's own names unknown, so ``_current_config = None`` set later by ``set_config(config)``
     reads "None or anything", not "None"."""
-    if _GLOBAL_STATEMENT.search(module.text) is None:
+    if not line_matches(_GLOBAL_STATEMENT, module.text, "global", at_break=False, first=True):
         return  # a text search: walking every module's tree for a `global` cost seconds
     for func in walk(module.tree):
         if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):

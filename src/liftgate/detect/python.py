@@ -37,6 +37,7 @@ from liftgate.detect.py_binding import (
     Module,
     collapse,
     collect_bindings,
+    line_matches,
     module_name_for,
     resolve_relative,
     runtime_prefilter,
@@ -80,38 +81,18 @@ _AS = re.compile(rb"[ \t]as[ \t]")
 
 # The three text indexes below run over every module's bytes (168 MB for FlashInfer and SGLang).
 # Each gives exactly what ``findall`` of its pattern over the whole text gives (a property test
-# holds them to it), but tries the pattern only where a literal it needs occurs: a scan of the
-# text by `bytes.find` is many times faster than the regex engine trying every position.
-
-
-def _line_matches(
-    pattern: re.Pattern[bytes], data: bytes, literal: bytes, at_break: bool
-) -> list[re.Match[bytes]]:
-    """``pattern.finditer(data)`` for a pattern whose matches start at a line (``at_break``: at the
-    line break before it) that holds ``literal``: the pattern is tried only at such lines."""
-    out: list[re.Match[bytes]] = []
-    end, tried = 0, -1  # `tried`: the last start tried, so that a line is tried once
-    i = data.find(literal)
-    while i >= 0:
-        start = data.rfind(b"\n", 0, i) + (0 if at_break else 1)
-        if start >= end and start != tried:
-            tried = start
-            found = pattern.match(data, start)
-            if found is not None:
-                out.append(found)
-                end = found.end()
-        i = data.find(literal, i + len(literal))
-    return out
+# holds them to it), but tries the pattern only where a literal it needs occurs
+# (`liftgate.detect.py_binding.line_matches`).
 
 
 def class_defs(data: bytes) -> list[tuple[bytes, bytes]]:
     """``_CLASS_DEF.findall(data)``: a match starts at a line holding ``class``."""
-    return [(m.group(1), m.group(2)) for m in _line_matches(_CLASS_DEF, data, b"class", at_break=False)]
+    return [(m.group(1), m.group(2)) for m in line_matches(_CLASS_DEF, data, b"class", at_break=False)]
 
 
 def method_defs(data: bytes) -> list[bytes]:
     """``_METHOD_DEF.findall(data)``: a match starts at the line break before a line holding ``def``."""
-    return [m.group(1) for m in _line_matches(_METHOD_DEF, data, b"def", at_break=True)]
+    return [m.group(1) for m in line_matches(_METHOD_DEF, data, b"def", at_break=True)]
 
 
 def aliases(data: bytes) -> list[tuple[bytes, bytes]]:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from liftgate.arch.core import Arch, universe
 from liftgate.collector import collector_off
+from liftgate.detect.py_binding import line_matches
 from liftgate.judge.catalog import Feature, load_catalog
 from liftgate.judge.pyregion import PyFunctions, branch_calls
 from liftgate.judge.region import (
@@ -128,7 +129,9 @@ class PackageContext:
                 if path.endswith(".py"):
                     text = self.read(path)
                     if text is not None and "def " in text:
-                        for defined in set(_PY_DEF.findall(text)):
+                        for defined in {
+                            m.group(1) for m in line_matches(_PY_DEF, text, "def", at_break=False)
+                        }:
                             self._py_index.setdefault(defined, []).append(path)
         found: list[tuple[PyFunctions, int, int]] = []
         for path in self._py_index.get(name, ())[:4]:
