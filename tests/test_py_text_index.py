@@ -1,6 +1,7 @@
-"""The Python detector's text indexes (classes and their bases, indented defs, ``X as Y``) give
-exactly what ``findall`` of their patterns gives over the whole text, on any text: they only skip
-the positions where the pattern cannot match."""
+"""The Python detector's text indexes (classes and their bases, indented defs, ``X as Y``), its test
+for a ``global`` statement and the judge's index of definitions give exactly what ``findall`` (or
+``search``) of their patterns gives over the whole text, on any text: they only skip the positions
+where the pattern cannot match (`liftgate.detect.py_binding.line_matches`)."""
 
 from __future__ import annotations
 
