@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from liftgate.detect.py_binding import parse_python
 from liftgate.detect.python import module_name_for, resolve_relative
 from liftgate.sources.workspace import Workspace, read_text
 
@@ -272,7 +273,7 @@ class CallGraph:
         module = None
         if text is not None:
             try:
-                tree = ast.parse(text)
+                tree = parse_python(text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 self.parse_failures.append(path)
             else:

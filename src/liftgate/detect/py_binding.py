@@ -11,11 +11,36 @@ from __future__ import annotations
 
 import ast
 import bisect
+import contextlib
 import re
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import AnyStr
+
+
+def parse_python(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` of scanned code, without the compiler's warnings about it (an invalid escape
+    sequence such as ``"\\ "``, ``is`` with a literal): Python 3.12 prints them on the user's
+    terminal with the scanned file's name, and under ``-W error`` they raise, which made a file
+    with one unreadable. They say nothing about architecture gates."""
+    with _quiet():
+        return ast.parse(source, filename=filename)
+
+
+def parse_python_expression(source: str) -> ast.Expression:
+    """`parse_python` of one expression (``mode="eval"``): a string annotation, a constant."""
+    with _quiet():
+        return ast.parse(source, mode="eval")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
 
 
 def walk(tree: ast.AST) -> Iterator[ast.AST]:

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from liftgate.detect.py_binding import Module, decorator_name, local_names, short, walk
+from liftgate.detect.py_binding import (
+    Module,
+    decorator_name,
+    local_names,
+    parse_python_expression,
+    short,
+    walk,
+)
 from liftgate.detect.py_choices import (
     MAX_CHOICES,
     MAX_FAMILY_CHOICES,
@@ -637,7 +644,7 @@ class Evaluator(Scopes):
             return True
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             try:
-                parsed = ast.parse(expr.value, mode="eval").body
+                parsed = parse_python_expression(expr.value).body
             except SyntaxError:
                 return True
             return self._annotation_classes(parsed, module, depth + 1, roots)

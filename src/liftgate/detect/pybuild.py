@@ -35,7 +35,7 @@ import re
 from liftgate.arch.core import ArchSet
 from liftgate.arch.parse import UnknownArchError, resolve_arch
 from liftgate.detect.interface import Detection, not_analysed
-from liftgate.detect.py_binding import walk
+from liftgate.detect.py_binding import parse_python, walk
 from liftgate.detect.pybuild_flags import FlagGroups, FlagScan
 from liftgate.detect.pybuild_gates import Draft
 from liftgate.detect.pybuild_syntax import (
@@ -114,7 +114,7 @@ def detect_py_build(
     """The py-build gates of one Python file (``tree`` is its parsed module, if the caller has it)."""
     if tree is None:
         try:
-            tree = ast.parse(text, filename=path)
+            tree = parse_python(text, filename=path)
         except SyntaxError as exc:
             reason = (
                 f"Python syntax error at line {exc.lineno}: {exc.msg}; py-build gates in it were not analysed"

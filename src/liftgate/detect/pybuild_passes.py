@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from liftgate.detect.py_binding import module_name_for, resolve_relative, walk
+from liftgate.detect.py_binding import module_name_for, parse_python, resolve_relative, walk
 from liftgate.detect.pybuild_builds import BuildCalls
 from liftgate.detect.pybuild_syntax import names_in
 from liftgate.model import BuildFlag, Gate, GateKind
@@ -311,7 +311,7 @@ def imported_flag_passes(
     if "import" not in text or _DEFINE_STRING.search(text) is None:
         return ()
     try:
-        tree = ast.parse(text, filename=path)
+        tree = parse_python(text, filename=path)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ()
     importer = module_name_for(path)
@@ -392,7 +392,7 @@ def _constant_gate(text: str, path: str, name: str, gates: Sequence[Gate]) -> Ga
     """The arch flag list gate that module-level ``name`` of a file holds: the name is bound once, at
     module level, and exactly one flag-list gate lies inside that assignment."""
     try:
-        tree = ast.parse(text, filename=path)
+        tree = parse_python(text, filename=path)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     bindings = [

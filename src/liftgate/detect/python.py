@@ -23,7 +23,6 @@ expressions and statements), `py_gates` (gate emission through the shared `GateS
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import posixpath
 import re
@@ -39,6 +38,7 @@ from liftgate.detect.py_binding import (
     collect_bindings,
     line_matches,
     module_name_for,
+    parse_python,
     resolve_relative,
     runtime_prefilter,
 )
@@ -298,7 +298,7 @@ class PythonAnalyzer:
             )
             return None
         try:
-            tree = ast.parse(text, filename=src.path)
+            tree = parse_python(text, filename=src.path)
         except SyntaxError as exc:
             self.skips.append(
                 Skip(

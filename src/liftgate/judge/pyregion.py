@@ -21,7 +21,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from liftgate.detect.py_binding import walk
+from liftgate.detect.py_binding import parse_python, walk
 
 MAX_DEPTH = 2
 
@@ -36,7 +36,7 @@ class PyFunctions:
     @classmethod
     def parse(cls, text: str) -> PyFunctions:
         try:
-            tree = ast.parse(text)
+            tree = parse_python(text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return cls({}, [])
         spans: dict[str, list[tuple[int, int]]] = {}

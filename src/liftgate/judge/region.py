@@ -30,6 +30,7 @@ from liftgate.arch.core import Arch
 from liftgate.detect.cpp_lex import LITERALS, LexLimit, lex_directives, strip_comments
 from liftgate.detect.cpp_syntax import find_functions, tokenize
 from liftgate.detect.cuda import IncludeIndex
+from liftgate.detect.py_binding import parse_python_expression
 from liftgate.judge.catalog import Feature, load_catalog
 from liftgate.model import Gate, GateKind, Hazard, Status
 
@@ -624,7 +625,7 @@ def _constant(text: str) -> int | None:
     """A size written as a constant expression of integer literals: ``48 * 1024``, ``(227 << 10)``."""
     text = re.sub(r"(?<=\d)[uUlL]+\b", "", text.strip())
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = parse_python_expression(text)
     except (SyntaxError, ValueError):
         return None
 

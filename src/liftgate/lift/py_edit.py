@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from liftgate.arch.core import Arch
+from liftgate.detect.py_binding import parse_python
 from liftgate.detect.python import collapse, is_guard
 from liftgate.lift.text import Edit, Granularity, NoSafeEdit, TextEdit
 from liftgate.model import Gate
@@ -74,7 +75,7 @@ class _Text:
 
 def parse_module(text: str, path: str) -> ast.Module:
     try:
-        return ast.parse(text, filename=path)
+        return parse_python(text, filename=path)
     except (SyntaxError, ValueError) as exc:
         raise NoSafeEdit(f"{path} does not parse ({exc.__class__.__name__}: {exc})") from exc
 

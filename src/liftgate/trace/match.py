@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from liftgate.arch.core import Arch
+from liftgate.detect.py_binding import parse_python
 from liftgate.model import (
     Gate,
     GateTrace,
@@ -126,7 +127,7 @@ class _FunctionSpans:
             fspath = self._fspath.get(key)
             try:
                 with open(fspath or "", encoding="utf-8", errors="replace") as fh:
-                    tree = ast.parse(fh.read())
+                    tree = parse_python(fh.read())
             except (OSError, SyntaxError, ValueError, RecursionError):
                 tree = None
             if tree is not None:
