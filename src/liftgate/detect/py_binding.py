@@ -5,6 +5,8 @@ name is bound to (a definition, a class, an import, an assignment), also inside 
 ``with`` and loops, so that `liftgate.detect.py_scope` can follow a name from module to module
 without importing anything. `module_name_for` and `resolve_relative` turn paths and relative
 imports into dotted module names (the call graph of `liftgate.chain` uses them too).
+`parse_python` is how every stage parses scanned Python, and `line_matches` how the text indexes
+search it (the judge's too).
 """
 
 from __future__ import annotations
