@@ -84,10 +84,7 @@ class Interpreter(Executor):
             sites = self.call_sites[node_id]
             # Walked again when a site joins (or, past the cap, displaces one), not only when one is added.
             signature = tuple(
-                sorted(
-                    (name, tuple((e.path, e.line, e.text) for _, e in entries))
-                    for name, entries in sites.items()
-                )
+                sorted((name, tuple(site for _, site in entries)) for name, entries in sites.items())
             )
             context = self._walked_functions.get(node_id)
             if context is None or self._parametric_done.get(node_id) == signature:
