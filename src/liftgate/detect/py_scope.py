@@ -117,7 +117,6 @@ class Scopes:
         self.deferred: list[
             tuple[ast.FunctionDef | ast.AsyncFunctionDef, Frame, tuple[str, ...], ClassRef | None]
         ] = []
-        self._identifier_cache: dict[int, frozenset[str]] = {}
         # By class node: each name to the first statement of the class body that defines it (a
         # `def`, an assignment to it, an annotated assignment with a value): `Evaluator._class_attribute`.
         self._class_members: dict[int, dict[str, ast.stmt]] = {}
