@@ -52,11 +52,10 @@ class Interpreter(Executor):
         self._self_lookups: dict[int, frozenset[str]] = {}  # by function node: the names read on its self
         self._mentions_device: dict[int, bool] = {}  # by statement node: whether its text mentions the device
         # Which functions' text names an arch-dependent name (`_names_arch`): each identifier to the
-        # function nodes whose text holds it, the functions indexed, those whose text holds a name in
-        # ``arch_names``, and the names of ``arch_names`` already looked up (it only grows).
+        # function nodes whose text holds it, each function indexed to whether its text holds a name
+        # in ``arch_names``, and the names of ``arch_names`` already looked up (it only grows).
         self._name_index: dict[str, list[int]] = {}
-        self._indexed: set[int] = set()
-        self._named_arch: set[int] = set()
+        self._named_arch: dict[int, bool] = {}
         self._names_applied: set[str] = set()
 
     def function_gate_walk(self, module: Module, sink: GateEmitter) -> None:
@@ -130,26 +129,24 @@ class Interpreter(Executor):
         the same 15 MB of strings."""
         applied = self._names_applied
         if len(applied) != len(self.arch_names):  # names joined since the last question
-            index, marked = self._name_index, self._named_arch
+            index, named = self._name_index, self._named_arch
             for name in self.arch_names - applied:
-                marked.update(index.get(name, ()))
+                named.update(dict.fromkeys(index.get(name, ()), True))
             applied.update(self.arch_names)
         key = id(node)
-        if key in self._indexed:
-            return key in self._named_arch
-        self._indexed.add(key)
+        found = self._named_arch.get(key)
+        if found is not None:
+            return found
         names = set(_IDENTIFIER.findall(module.segment(node) if text is None else text))
         index = self._name_index
         for name in names:
-            found = index.get(name)
-            if found is None:
+            keys = index.get(name)
+            if keys is None:
                 index[name] = [key]
             else:
-                found.append(key)
-        if names.isdisjoint(self.arch_names):
-            return False
-        self._named_arch.add(key)
-        return True
+                keys.append(key)
+        found = self._named_arch[key] = not names.isdisjoint(self.arch_names)
+        return found
 
     def _worth_walking(self, module: Module, stmt: ast.AST) -> bool:
         mentions = self._mentions_device.get(id(stmt))
