@@ -417,7 +417,6 @@ class Evaluator(Scopes):
         elements = elements_of(base)
         if not elements:
             return None
-        label = short(frame.module.segment(node), 80) if isinstance(node, ast.expr) else name
         receiver = node.value if isinstance(node, ast.Attribute) else None
         if (
             isinstance(receiver, ast.Name)
@@ -439,12 +438,14 @@ class Evaluator(Scopes):
             if isinstance(receiver, ast.Name) and frame.annotations and receiver.id in frame.annotations:
                 roots, as_instance = self._declared_family(frame.annotations[receiver.id], frame.module)
                 if roots:
-                    return self._family_choice(name, roots, as_instance, label)
+                    return self._family_choice(name, roots, as_instance, _choice_label(node, name, frame))
             implementations = self.method_candidates(name)
             if implementations is None:
                 return None
             candidates, relevant = implementations
-            return RuntimeChoice(("method", name), label, candidates, loose=not relevant)
+            return RuntimeChoice(
+                ("method", name), _choice_label(node, name, frame), candidates, loose=not relevant
+            )
         if len(elements) < 2 or not all(isinstance(e, (ClassRef, Instance)) for e in elements):
             return None
         found: dict[tuple[str, int], Candidate] = {}
@@ -463,7 +464,7 @@ class Evaluator(Scopes):
         if len(found) < 2 or len(found) > MAX_CHOICES:
             return None
         ordered = tuple(found[k] for k in sorted(found))
-        return RuntimeChoice(("classes", name, *sorted(found)), label, ordered)
+        return RuntimeChoice(("classes", name, *sorted(found)), _choice_label(node, name, frame), ordered)
 
     def _self_choice(self, frame: Frame, as_instance: bool) -> RuntimeChoice | None:
         """The class of a method's own ``self``/``cls`` as a runtime choice: the class the method is
@@ -1351,3 +1352,10 @@ def _class_members(node: ast.ClassDef) -> dict[str, ast.stmt]:
         elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
             members.setdefault(stmt.target.id, stmt)
     return members
+
+
+def _choice_label(node: ast.AST, name: str, frame: Frame) -> str:
+    """How a runtime choice is shown: the looked-up expression's text, or the name. Cut only for
+    a lookup that is a choice, not for each of the 745,564 lookups `_runtime_choice` was asked
+    about in FlashInfer and SGLang."""
+    return short(frame.module.segment(node), 80) if isinstance(node, ast.expr) else name

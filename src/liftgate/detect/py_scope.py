@@ -121,6 +121,7 @@ class Scopes:
         # `def`, an assignment to it, an annotated assignment with a value): `Evaluator._class_attribute`.
         self._class_members: dict[int, dict[str, ast.stmt]] = {}
         self._eval_table: dict[type, Any] = {}  # node type -> its bound _eval_<Type> method (or None)
+        self._exec_table: dict[type, Any] = {}  # statement type -> its bound _exec_<Type> method (or None)
         # Parameters that callers fill with a device-dependent value: function node id → parameter →
         # (value, the call site) — at most 8 sites a parameter (`Evaluator._record_call_site`).
         self.call_sites: dict[int, dict[str, list[tuple[AV, Evidence]]]] = {}

@@ -187,6 +187,12 @@ def lift(fn: Callable[..., object], *args: AV, keep_classes: bool = False) -> AV
     ``keep_classes`` a class reference is a value like any other (a list of kernel classes).
     """
     n = 1 if all(a.uniform for a in args) else lane_count()
+    if n == 1:
+        # The commonest case by far: an operand is "anything" on every lane, none is empty (no
+        # value), so the result is "anything" whatever ``fn`` does (what the loop below finds).
+        lanes = [a.sets[0] for a in args]
+        if all(lanes) and any(s is TOP_SET for s in lanes):
+            return combine(args, [TOP_SET])
     sets: list[frozenset[object]] = []
     for i in range(n):
         lanes = [a.lane(i) for a in args]

@@ -578,20 +578,26 @@ class RegionAnalyzer:
             facts.unresolved[f"{path} (unreadable)"] = (path, start)
             return facts
         last = min(end, len(info.lines))
-        for number in self.compiled_lines(path, start, last):
-            if number in info.defines_at and info.defines_at[number] not in facts.defines:
-                facts.defines.append(info.defines_at[number])
-            if number in info.directive_lines and number not in info.hits:
+        numbers = self.compiled_lines(path, start, last)
+        if not numbers:
+            return facts  # (the file's indexes are built on first use: not for an empty region)
+        # The file's indexes, read once for the region rather than once per line (a property each).
+        hits, smem, calls = info.hits, info.smem, info.calls
+        defines_at, directive_lines, lines = info.defines_at, info.directive_lines, info.lines
+        for number in numbers:
+            if number in defines_at and defines_at[number] not in facts.defines:
+                facts.defines.append(defines_at[number])
+            if number in directive_lines and number not in hits:
                 continue
-            if info.lines[number - 1].strip():
+            if lines[number - 1].strip():
                 facts.code_lines += 1
-            for fid, text in info.hits.get(number, ()):
+            for fid, text in hits.get(number, ()):
                 facts.add(Use(fid, path, number, text))
-            for size, text in info.smem.get(number, ()):
+            for size, text in smem.get(number, ()):
                 if len(facts.smem) < MAX_SMEM:
                     facts.smem.append((size, path, number, text))
-            if follow and number not in info.directive_lines:
-                for full in info.calls.get(number, ()):
+            if follow and number not in directive_lines:
+                for full in calls.get(number, ()):
                     self._follow(full, path, number, depth, facts)
         return facts
 
