@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from liftgate.detect import cfamily
 from liftgate.judge import verdict
@@ -289,3 +293,48 @@ def test_a_verdict_does_not_depend_on_the_gates_judged_before_it(
     assert [v.kind.value for v in alone] == ["blocked"]  # tcgen05, 10 calls deep
     assert together[second.id] == alone[0]
     assert together[first.id].kind.value != "blocked"  # 15 calls deep: not followed that far
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 48), min_size=1, max_size=30), max_size=5), st.integers(1, 16))
+def test_bundles_cut_each_pairs_runs_in_order(sizes: list[list[int]], jobs: int) -> None:
+    """`_bundles` takes every run of every pair once, in order, at least one run a bundle, and
+    cuts a pair in about ``jobs`` times its share of the gates (at least one bundle)."""
+    counts = verdict._bundles(sizes, jobs)
+    assert len(counts) == len(sizes)
+    total = sum(map(sum, sizes))
+    for runs, cut in zip(sizes, counts, strict=True):
+        assert sum(cut) == len(runs) and min(cut) >= 1
+        assert len(cut) == max(1, min(len(runs), round(jobs * sum(runs) / total)))
+
+
+def test_two_workers_judging_two_packages_take_one_package_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judging pool hands each worker bundles of consecutive runs (`_bundles`): with two
+    workers and two packages of about the same size, each worker builds one package's context,
+    where runs given to whichever worker was free made both build both. The verdicts are the ones
+    judged in one process."""
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the count is kept by a patched function, which only a forked worker inherits")
+    report = _two_packages()
+    monkeypatch.setattr(verdict, "JUDGE_RUN", 1)  # a run per gate: dozens of runs per package
+    monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
+    serial = judge_scan(report, jobs=1).verdicts
+    built = tmp_path / "built"
+    build = verdict._build_context
+
+    def recorded(store: Any, paths: list[str], gates: Sequence[Any], target: Any) -> Any:
+        with built.open("a") as fh:
+            fh.write(f"{os.getpid()} {gates[0].location.package}\n")
+        return build(store, paths, gates, target)
+
+    monkeypatch.setattr(verdict, "_build_context", recorded)
+    archs = report.target_archs()[:1]
+    got = verdict.judge_report(report.gates, archs, report.files("the test"), jobs=2)
+    assert tuple(got) == tuple(v for v in serial if v.target == archs[0])
+    by_worker: dict[str, set[str]] = {}
+    for line in built.read_text().splitlines():
+        pid, package = line.split()
+        by_worker.setdefault(pid, set()).add(package)
+    assert len(by_worker) == 2 and all(len(packages) == 1 for packages in by_worker.values())
