@@ -188,8 +188,8 @@ def lift(fn: Callable[..., object], *args: AV, keep_classes: bool = False) -> AV
     """
     n = 1 if all(a.uniform for a in args) else lane_count()
     if n == 1:
-        # The commonest case by far: an operand is "anything" on every lane, none is empty (no
-        # value), so the result is "anything" whatever ``fn`` does (what the loop below finds).
+        # An operand that is "anything" on every lane, and none empty (no value): the result is
+        # "anything" whatever ``fn`` does, which the loop below finds after more work.
         lanes = [a.sets[0] for a in args]
         if all(lanes) and any(s is TOP_SET for s in lanes):
             return combine(args, [TOP_SET])

@@ -882,7 +882,7 @@ class _Submitted:
         self._pool = ProcessPoolExecutor(
             max_workers=jobs, initializer=_judge_worker_init, initargs=(files, gates)
         )
-        # Per (package, target), in the plan's order: each run's size and its verdicts to come.
+        # Per (package, target), in the plan's order: each run's (or bundle's) size and its verdicts to come.
         self._futures: dict[tuple[_PackageKey, Arch], list[tuple[int, Future[list[Verdict]]]]] = {}
         runs = {pair: [[g.id for g in run] for run in _runs(todo)] for pair, todo in self._todos.items()}
         if bundled:
