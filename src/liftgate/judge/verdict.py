@@ -842,8 +842,7 @@ def _bundles(sizes: Sequence[Sequence[int]], jobs: int) -> list[list[int]]:
             while taken < len(runs) - (count - k - 1) and (taken == start or done + runs[taken] / 2 <= goal):
                 done += runs[taken]
                 taken += 1
-            counts.append(taken - start)
-        counts[-1] += len(runs) - taken
+            counts.append(taken - start)  # the last bundle's goal is every gate: it takes the rest
         out.append(counts)
     return out
 
@@ -897,10 +896,7 @@ class _Submitted:
                     bundle = pair_runs[start : start + count]
                     start += count
                     size = sum(len(ids) for ids in bundle)
-                    if bundled:
-                        futures.append((size, self._pool.submit(_judge_runs, pair[0], pair[1], bundle)))
-                    else:
-                        futures.append((size, self._pool.submit(_judge_chunk, pair[0], pair[1], bundle[0])))
+                    futures.append((size, self._pool.submit(_judge_runs, pair[0], pair[1], bundle)))
         except BaseException:  # a process could not start: let go of those that did
             self.cancel()
             raise
