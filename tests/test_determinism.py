@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from liftgate.detect import cfamily
 from liftgate.judge import verdict
 from liftgate.judge.verdict import judge_scan
-from liftgate.model import Report
+from liftgate.model import Gate, Report, Status
 from liftgate.report import OutputFormat, render
 from liftgate.report.interface import RenderOptions, Show
 from liftgate.scan import run, scan
@@ -308,19 +308,34 @@ def test_bundles_cut_each_pairs_runs_in_order(sizes: list[list[int]], jobs: int)
         assert len(cut) == max(1, min(len(runs), round(jobs * sum(runs) / total)))
 
 
-def test_two_workers_judging_two_packages_take_one_package_each(
+def test_two_workers_judging_two_packages_build_each_context_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The judging pool hands each worker bundles of consecutive runs (`_bundles`): with two
-    workers and two packages of about the same size, each worker builds one package's context,
-    where runs given to whichever worker was free made both build both. The verdicts are the ones
-    judged in one process."""
+    """The judging pool hands out bundles of consecutive runs (`_bundles`): with two workers and two
+    packages with as many gates to judge, each package is one bundle, so its context is built once,
+    in whichever worker took it; runs given one by one to whichever worker was free made both
+    workers build both. The verdicts are the ones judged in one process. (Which worker takes which
+    bundle is the pool's business: one worker may take both, if it is free first.)"""
     if multiprocessing.get_start_method() != "fork":
         pytest.skip("the count is kept by a patched function, which only a forked worker inherits")
     report = _two_packages()
-    monkeypatch.setattr(verdict, "JUDGE_RUN", 1)  # a run per gate: dozens of runs per package
+    target = report.target_archs()[0]
+    excluding: dict[str, list[str]] = {}
+    for g in report.gates:
+        if g.status(target) is not Status.ADMITTED:
+            excluding.setdefault(g.location.package, []).append(g.id)
+    assert len(excluding) == 2
+    size = min(len(ids) for ids in excluding.values())
+    assert size >= 4  # runs of one gate: at least eight in all
+    chosen = {i for ids in excluding.values() for i in ids[:size]}
+
+    def only(g: Gate) -> bool:
+        return g.id in chosen
+
+    monkeypatch.setattr(verdict, "JUDGE_RUN", 1)  # a run per gate
     monkeypatch.setattr(verdict, "POOL_THRESHOLD", 1)
-    serial = judge_scan(report, jobs=1).verdicts
+    workspace = report.files("the test")
+    serial = verdict.judge_report(report.gates, [target], workspace, only=only, jobs=1)
     built = tmp_path / "built"
     build = verdict._build_context
 
@@ -330,11 +345,7 @@ def test_two_workers_judging_two_packages_take_one_package_each(
         return build(store, paths, gates, target)
 
     monkeypatch.setattr(verdict, "_build_context", recorded)
-    archs = report.target_archs()[:1]
-    got = verdict.judge_report(report.gates, archs, report.files("the test"), jobs=2)
-    assert tuple(got) == tuple(v for v in serial if v.target == archs[0])
-    by_worker: dict[str, set[str]] = {}
-    for line in built.read_text().splitlines():
-        pid, package = line.split()
-        by_worker.setdefault(pid, set()).add(package)
-    assert len(by_worker) == 2 and all(len(packages) == 1 for packages in by_worker.values())
+    got = verdict.judge_report(report.gates, [target], workspace, only=only, jobs=2)
+    assert got == serial and len(got) >= 2 * size
+    packages = [line.split()[1] for line in built.read_text().splitlines()]
+    assert sorted(packages) == sorted(excluding)  # each package's context built once
