@@ -1,5 +1,6 @@
 """Benchmark: what a user waits for — ``liftgate scan`` as they run it — against a regex pass with
-rg (or grep) on the same trees, with the peak memory of the largest process.
+rg (or grep) on the same trees, with the CPU time of all its processes and the peak memory of the
+largest.
 
 Usage:
     python bench/scan_bench.py [SPEC ...] [--target sm_120] [--jobs N] [--repeat K] [--warm-repeat K] [--sdist]
@@ -21,8 +22,11 @@ in a fresh process:
 Downloads and unpacked trees are cached (liftgate's user cache) and fetched before any timing.
 The peak memory is the largest resident set of any process of the run (the main process, a pool
 worker, the Python detector's process: ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a fresh
-parent), not their sum. Medians of ``--repeat`` runs. ``--scaling`` times the cold judged scan at
-each job count (``-j N``) and prints each speed-up over the first.
+parent), not their sum. The CPU time is every process's, user and system (``RUSAGE_CHILDREN``
+again): the work a run does, which fewer cores cannot do in less wall time than its share, and,
+in system time, what the kernel spends giving the processes memory. Medians of ``--repeat`` runs.
+``--scaling`` times the cold judged scan at each job count (``-j N``) and prints each speed-up over
+the first.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import liftgate
 from liftgate.sources import resolve_sources
@@ -51,12 +56,15 @@ PY_GATE_REGEX = (
 # ... and in C++ host code: the runtime's capability queries and the usual helpers around them.
 CPP_GATE_REGEX = r"ComputeCapabilityMajor|COMPUTE_CAPABILITY_MAJOR|cudaGetDeviceProperties|getCurrentDeviceProperties|getSMVersion|get_sm_version"
 
-# Runs a command line and prints its wall time and the largest resident set of its processes (KiB).
+# Runs a command line and prints its wall time, the largest resident set of its processes (KiB) and
+# the CPU seconds of all of them, user and system.
 _MEASURE = (
     "import resource, subprocess, sys, time\n"
     "t = time.perf_counter()\n"
     "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
-    "print(rc, time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    "wall = time.perf_counter() - t\n"
+    "use = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(rc, wall, use.ru_maxrss, use.ru_utime, use.ru_stime)\n"
 )
 
 
@@ -96,18 +104,36 @@ def _regex_pass(roots: list[str]) -> tuple[str, float, int]:
     return tool, time.perf_counter() - started, len(proc.stdout.splitlines())
 
 
-def _measure(args: list[str]) -> tuple[float, float]:
-    """Wall seconds and the peak RSS (MB) of the largest process of ``liftgate ARGS``."""
+class Run(NamedTuple):
+    wall: float  # seconds
+    rss: float  # MB, the largest process
+    user: float  # CPU seconds of every process of the run
+    system: float
+
+
+def _measure(args: list[str]) -> Run:
+    """Wall seconds, the peak RSS (MB) of the largest process and the CPU seconds (user, system) of
+    every process of ``liftgate ARGS``."""
     cmd = [sys.executable, "-c", _MEASURE, sys.executable, "-m", "liftgate", *args]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
-    rc, wall, rss_kib = int(out[0]), float(out[1]), int(out[2])
+    rc = int(out[0])
     if rc not in (0, 1):  # 1: the scan found losses (--fail-on); anything else is a failed run
         raise SystemExit(f"liftgate {' '.join(args)} exited {rc}")
-    return wall, rss_kib / 1024
+    return Run(float(out[1]), int(out[2]) / 1024, float(out[3]), float(out[4]))
 
 
-def _median(runs: list[tuple[float, float]]) -> tuple[float, float]:
-    return statistics.median(w for w, _ in runs), max(m for _, m in runs)
+def _median(runs: list[Run]) -> Run:
+    """The median of each time (the runs' own medians, not one run's) and the largest peak RSS."""
+    return Run(
+        statistics.median(r.wall for r in runs),
+        max(r.rss for r in runs),
+        statistics.median(r.user for r in runs),
+        statistics.median(r.system for r in runs),
+    )
+
+
+def _cpu(run: Run) -> str:
+    return f"{run.user:.0f} + {run.system:.0f} s"
 
 
 def _machine() -> str:
@@ -153,18 +179,21 @@ def main() -> int:
     if args.scaling:
         jobs_list = [int(j) for j in args.scaling.split(",")]
         first = None
-        print("| jobs | judged cold | speed-up | peak RSS |\n|---:|---:|---:|---:|")
+        print("| jobs | judged cold | speed-up | CPU user + system | peak RSS |\n|---:|---:|---:|---:|---:|")
         for jobs in jobs_list:
             report = (
                 ["--format", "json", "-o", os.path.join(args.json_dir, f"j{jobs}.json")]
                 if args.json_dir
                 else []
             )
-            wall, rss = _median(
+            run = _median(
                 [_measure([*base, "--no-cache", "-j", str(jobs), *report]) for _ in range(args.repeat)]
             )
-            first = first or wall
-            print(f"| {jobs} | {wall:.1f} s | {first / wall:.2f}× | {rss:.0f} MB |", flush=True)
+            first = first or run.wall
+            print(
+                f"| {jobs} | {run.wall:.1f} s | {first / run.wall:.2f}× | {_cpu(run)} | {run.rss:.0f} MB |",
+                flush=True,
+            )
         return 0
 
     jobs = ["-j", str(args.jobs)] if args.jobs else []
@@ -178,17 +207,17 @@ def main() -> int:
     inventory = _median([_measure([*base, "--no-cache", "--no-judge", *jobs]) for _ in range(args.repeat)])
     _measure([*base, *jobs])  # fills the scan cache (detections and verdicts)
     warm = _median([_measure([*base, *jobs]) for _ in range(args.warm_repeat or args.repeat)])
-    print("| what | wall | peak RSS |\n|---|---:|---:|")
-    print(f"| `{tool}` over the unpacked trees ({matched} files matched) | {regex:.2f} s | |")
-    for label, (wall, rss) in (
+    print("| what | wall | CPU user + system | peak RSS |\n|---|---:|---:|---:|")
+    print(f"| `{tool}` over the unpacked trees ({matched} files matched) | {regex:.2f} s | | |")
+    for label, run in (
         ("`liftgate scan` judged, cold (`--no-cache`)", cold),
         ("`liftgate scan --no-judge`, cold", inventory),
         ("`liftgate scan` judged, warm", warm),
     ):
-        print(f"| {label} | {wall:.1f} s | {rss:.0f} MB |")
+        print(f"| {label} | {run.wall:.1f} s | {_cpu(run)} | {run.rss:.0f} MB |")
     print(
         f"# jobs: {args.jobs or 'default'}; medians of {args.repeat} (warm: {args.warm_repeat or args.repeat}); "
-        "peak RSS: the largest process"
+        "CPU: every process of the run; peak RSS: the largest process"
     )
     return 0
 
