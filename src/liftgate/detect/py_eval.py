@@ -131,10 +131,7 @@ class Evaluator(Scopes):
             return TOP  # a pathological function: give up on it rather than on the scan
         kind = type(node)
         table = self._eval_table
-        if kind in table:
-            method = table[kind]
-        else:  # one getattr per node type, not per evaluation
-            method = table[kind] = getattr(self, f"_eval_{kind.__name__}", None)
+        method = table[kind] if kind in table else self._handler(table, "_eval_", kind)
         if method is None:
             return TOP
         if self._nesting >= MAX_EVAL_NESTING:

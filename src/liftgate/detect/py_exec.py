@@ -69,10 +69,7 @@ class Executor(Evaluator):
     def exec_stmt(self, stmt: ast.stmt, frame: Frame) -> None:
         kind = type(stmt)
         table = self._exec_table
-        if kind in table:
-            method = table[kind]
-        else:  # one getattr per statement type, not per statement (1.9 million for FlashInfer and SGLang)
-            method = table[kind] = getattr(self, f"_exec_{kind.__name__}", None)
+        method = table[kind] if kind in table else self._handler(table, "_exec_", kind)
         if method is not None:
             method(stmt, frame)
         elif frame.sink is not None:
