@@ -48,6 +48,7 @@ from liftgate.detect.py_domain import (
     reached,
     reorder_trail,
     subscript,
+    where_reached,
 )
 from liftgate.detect.py_gates import terminates
 from liftgate.detect.py_models import MODEL_WINS, call_model, dict_method
@@ -996,7 +997,7 @@ class Evaluator(Scopes):
                     values.append(value)
         finally:
             self._in_progress.discard(key)
-        result = join(values) if values else TOP
+        result = _where_assigned(join(values)) if values else TOP
         if result.arch:
             self.arch_names.add(name)
         self._self_values[key] = result
@@ -1219,7 +1220,7 @@ class Evaluator(Scopes):
                 masked.append(reached(value, guards))
             result = join(kept) if kept else join(v for v, _ in returns)
             if masked:
-                result = _where_reached(join(masked), result)
+                result = where_reached(join(masked), result)
             if deps:
                 result = result.with_deps(deps)
         else:
@@ -1273,14 +1274,22 @@ def _declares_fields(node: ast.ClassDef) -> bool:
     )
 
 
-def _where_reached(masked: AV, joined: AV) -> AV:
-    """A function's result: on each lane, the returns that lane reaches (``masked``); on a lane that
-    reaches none (the function raises there, or its guards are undecided), the join of all returns,
-    so that a raise is not read as a ``False`` result."""
-    if not masked.arch:
-        return masked if all(masked.lane(i) for i in range(lane_count())) else joined
-    sets = [masked.lane(i) or joined.lane(i) for i in range(lane_count())]
-    return combine([masked, joined], sets)
+def _where_assigned(value: AV) -> AV:
+    """An attribute of ``self`` read in any method, when every lane that reaches an assignment of it
+    gets the same values and the others reach none (each assignment is under a guard false there,
+    or after a ``raise`` the constructor takes there): those values on every lane. An object that
+    never exists on a device has no value to test there; read as "no value", every condition on
+    the attribute, in every method, was a gate shutting that device out (`self.use_fp8`, after
+    ``if major != 9: raise`` in ``__init__``), the guard's echo. Lanes that assign different values
+    keep the others empty: ``self.impl`` set only under ``if is_sm100():`` and ``elif is_sm90():``
+    is tested as neither elsewhere, where reading it fails."""
+    if value.uniform:
+        return value
+    assigned = {value.lane(i) for i in range(lane_count())}
+    assigned.discard(frozenset())
+    if len(assigned) != 1:
+        return value  # no lane left empty, none assigned, or values that differ between lanes
+    return AV(tuple(assigned), value.inferred, value.trail, value.deps)
 
 
 def _def_line(cls: ast.ClassDef, name: str) -> int | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from liftgate.detect.py_binding import Module, decorator_name, runtime_prefilter, walk
 from liftgate.detect.py_choices import RuntimeChoice
+from liftgate.detect.py_domain import reached, where_reached
 from liftgate.detect.py_exec import Executor
 from liftgate.detect.py_gates import GateEmitter, PendingGate, admitted_lanes_of
 from liftgate.detect.py_scope import Frame
@@ -216,7 +217,7 @@ class Interpreter(Executor):
             if choices:
                 pending = self._read_choices(stmt, frame, scope, cls, bound, choices, pending)
             sink.put_all(pending)
-        if any(carries_arch(value) for value, _ in inner.returns):
+        if any(carries_arch(value) for value, _ in inner.returns) or _returns_differ(inner.returns):
             self.arch_names.add(stmt.name)
         if inner.attributes_bound:
             # `self.x = False; if is_sm100(): self.x = …`: arch-dependent only after the branches
@@ -377,3 +378,14 @@ def _nested_definitions(
                 yield from _nested_definitions(getattr(stmt, block, []) or [])
             for handler in getattr(stmt, "handlers", []) or []:
                 yield from _nested_definitions(handler.body)
+
+
+def _returns_differ(returns: list[tuple[AV, list[tuple[AV, str]]]]) -> bool:
+    """Whether a function's returns, each on the lanes that reach it, give a result that differs
+    between devices (``if not can_use(...): return False`` then ``return True``), as a call's
+    result would (`py_eval._where_reached`): then callers that name the function deserve a walk,
+    before any of them is found by another name."""
+    if len(returns) < 2 or not any(g.arch for _, guards in returns for g, _ in guards):
+        return False
+    masked = join(reached(value, guards) for value, guards in returns)
+    return where_reached(masked, join(value for value, _ in returns)).arch
