@@ -383,7 +383,7 @@ def _nested_definitions(
 def _returns_differ(returns: list[tuple[AV, list[tuple[AV, str]]]]) -> bool:
     """Whether a function's returns, each on the lanes that reach it, give a result that differs
     between devices (``if not can_use(...): return False`` then ``return True``), as a call's
-    result would (`py_eval._where_reached`): then callers that name the function deserve a walk,
+    result would (`py_domain.where_reached`): then callers that name the function deserve a walk,
     before any of them is found by another name."""
     if len(returns) < 2 or not any(g.arch for _, guards in returns for g, _ in guards):
         return False
