@@ -261,16 +261,6 @@ def reached(value: AV, guards: list[tuple[AV, str]]) -> AV:
     return combine([value, *arch_guards], sets)
 
 
-def where_reached(masked: AV, joined: AV) -> AV:
-    """A function's result: on each lane, the returns that lane reaches (``masked``); on a lane that
-    reaches none (the function raises there, or its guards are undecided), the join of all returns,
-    so that a raise is not read as a ``False`` result."""
-    if not masked.arch:
-        return masked if all(masked.lane(i) for i in range(lane_count())) else joined
-    sets = [masked.lane(i) or joined.lane(i) for i in range(lane_count())]
-    return combine([masked, joined], sets)
-
-
 def iterate(value: AV) -> AV | None:
     """The join of the elements of a concrete iterable (per lane), or None."""
     n = 1 if value.uniform else lane_count()

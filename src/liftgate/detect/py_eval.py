@@ -48,7 +48,6 @@ from liftgate.detect.py_domain import (
     reached,
     reorder_trail,
     subscript,
-    where_reached,
 )
 from liftgate.detect.py_gates import terminates
 from liftgate.detect.py_models import MODEL_WINS, call_model, dict_method
@@ -1200,31 +1199,7 @@ class Evaluator(Scopes):
         return self._function_result(info, frame)
 
     def _function_result(self, info: FunctionInfo, frame: Frame) -> AV:
-        returns = frame.returns
-        if not returns:
-            return TOP  # always raises: no value
-        if any(v.arch for v, _ in returns) or any(g.arch for _, guards in returns for g, _ in guards):
-            kept: list[AV] = []
-            masked: list[AV] = []
-            deps: list[str] = []
-            for value, guards in returns:
-                non_arch = [(g, text) for g, text in guards if not g.arch]
-                if not value.arch and (non_arch or is_unknown(value)) and not any(g.arch for g, _ in guards):
-                    # A return that depends on something other than the device (`if not is_cuda():
-                    # return False`, an override dict): assumed not taken, and reported.
-                    deps.extend(f"{_negated(text)} (in {info.qualname})" for _, text in non_arch[-1:])
-                    continue
-                # Each return on the lanes that reach it: `if c < 90: return False` then `return True`
-                # is False below 9.0 and True from it, not "either" everywhere.
-                kept.append(value)
-                masked.append(reached(value, guards))
-            result = join(kept) if kept else join(v for v, _ in returns)
-            if masked:
-                result = where_reached(join(masked), result)
-            if deps:
-                result = result.with_deps(deps)
-        else:
-            result = join(v for v, _ in returns)
+        result = returns_result(frame.returns, info.qualname)
         if result.arch:
             node = info.node
             arch_returns = [r for r in walk(node) if isinstance(r, ast.Return) and r.value is not None]
@@ -1274,6 +1249,16 @@ def _declares_fields(node: ast.ClassDef) -> bool:
     )
 
 
+def _where_reached(masked: AV, joined: AV) -> AV:
+    """A function's result: on each lane, the returns that lane reaches (``masked``); on a lane that
+    reaches none (the function raises there, or its guards are undecided), the join of all returns,
+    so that a raise is not read as a ``False`` result."""
+    if not masked.arch:
+        return masked if all(masked.lane(i) for i in range(lane_count())) else joined
+    sets = [masked.lane(i) or joined.lane(i) for i in range(lane_count())]
+    return combine([masked, joined], sets)
+
+
 def _where_assigned(value: AV) -> AV:
     """An attribute of ``self`` read in any method, when every lane that reaches an assignment of it
     gets the same values and the others reach none (each assignment is under a guard false there,
@@ -1316,6 +1301,33 @@ def _render_lookup(expr_text: str, key: object, found: AV) -> str:
         shown = "…"
     base = expr_text.split("[")[0].split(".get(")[0] if expr_text else "dict"
     return f"{short(base, 60)}[{key!r}] → {shown}"
+
+
+def returns_result(returns: list[tuple[AV, list[tuple[AV, str]]]], qualname: str) -> AV:
+    """What a call of function ``qualname`` returns, from its returns (each with the guards of its
+    path); TOP when it has none (it always raises)."""
+    if not returns:
+        return TOP  # always raises: no value
+    if not any(v.arch for v, _ in returns) and not any(g.arch for _, guards in returns for g, _ in guards):
+        return join(v for v, _ in returns)
+    kept: list[AV] = []
+    masked: list[AV] = []
+    deps: list[str] = []
+    for value, guards in returns:
+        non_arch = [(g, text) for g, text in guards if not g.arch]
+        if not value.arch and (non_arch or is_unknown(value)) and not any(g.arch for g, _ in guards):
+            # A return that depends on something other than the device (`if not is_cuda():
+            # return False`, an override dict): assumed not taken, and reported.
+            deps.extend(f"{_negated(text)} (in {qualname})" for _, text in non_arch[-1:])
+            continue
+        # Each return on the lanes that reach it: `if c < 90: return False` then `return True`
+        # is False below 9.0 and True from it, not "either" everywhere.
+        kept.append(value)
+        masked.append(reached(value, guards))
+    result = join(kept) if kept else join(v for v, _ in returns)
+    if masked:
+        result = _where_reached(join(masked), result)
+    return result.with_deps(deps) if deps else result
 
 
 def _negated(text: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from liftgate.detect.py_binding import Module, decorator_name, runtime_prefilter, walk
 from liftgate.detect.py_choices import RuntimeChoice
-from liftgate.detect.py_domain import reached, where_reached
+from liftgate.detect.py_eval import returns_result
 from liftgate.detect.py_exec import Executor
 from liftgate.detect.py_gates import GateEmitter, PendingGate, admitted_lanes_of
 from liftgate.detect.py_scope import Frame
@@ -217,7 +217,9 @@ class Interpreter(Executor):
             if choices:
                 pending = self._read_choices(stmt, frame, scope, cls, bound, choices, pending)
             sink.put_all(pending)
-        if any(carries_arch(value) for value, _ in inner.returns) or _returns_differ(inner.returns):
+        if any(carries_arch(value) for value, _ in inner.returns) or _returns_differ(
+            inner.returns, stmt.name
+        ):
             self.arch_names.add(stmt.name)
         if inner.attributes_bound:
             # `self.x = False; if is_sm100(): self.x = …`: arch-dependent only after the branches
@@ -380,12 +382,9 @@ def _nested_definitions(
                 yield from _nested_definitions(handler.body)
 
 
-def _returns_differ(returns: list[tuple[AV, list[tuple[AV, str]]]]) -> bool:
-    """Whether a function's returns, each on the lanes that reach it, give a result that differs
-    between devices (``if not can_use(...): return False`` then ``return True``), as a call's
-    result would (`py_domain.where_reached`): then callers that name the function deserve a walk,
-    before any of them is found by another name."""
-    if len(returns) < 2 or not any(g.arch for _, guards in returns for g, _ in guards):
-        return False
-    masked = join(reached(value, guards) for value, guards in returns)
-    return where_reached(masked, join(value for value, _ in returns)).arch
+def _returns_differ(returns: list[tuple[AV, list[tuple[AV, str]]]], name: str) -> bool:
+    """Whether what a call returns (`py_eval.returns_result`) differs between devices through the
+    guards of the function's returns (``if not can_use(...): return False`` then ``return True``):
+    then callers that name the function deserve a walk, before any of them is found by another
+    name. Read only where a return's guard depends on the device (most walked functions have none)."""
+    return any(g.arch for _, guards in returns for g, _ in guards) and returns_result(returns, name).arch
