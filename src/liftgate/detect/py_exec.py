@@ -117,9 +117,8 @@ class Executor(Evaluator):
         for target in stmt.targets:
             self._assign(target, value, frame, stmt.value)
             if value.arch and isinstance(target, ast.Attribute):
-                self.arch_names.add(
-                    target.attr
-                )  # `self.use_fast = is_sm100()`: methods reading it deserve a walk
+                # `self.use_fast = is_sm100()`: methods reading it deserve a walk
+                self.arch_names.add_members((target.attr,))
 
     def _module_level_binding(self, stmt: ast.Assign, value: AV, frame: Frame) -> AV:
         """A module global assigned in the module walk. The functions walked after it read this value

@@ -170,7 +170,7 @@ class Interpreter(Executor):
         with contextlib.suppress(RecursionError):
             self.exec_block(body, frame)
         if cls is not None:  # a class body: `Config.block` read elsewhere deserves a walk, like `self.x`
-            self.arch_names.update(name for name, value in frame.env.items() if value.arch)
+            self.arch_names.add_members(name for name, value in frame.env.items() if value.arch)
         if not nested:
             return
         for stmt in _nested_definitions(body):
@@ -220,11 +220,16 @@ class Interpreter(Executor):
         if any(carries_arch(value) for value, _ in inner.returns) or _returns_differ(
             inner.returns, stmt.name
         ):
-            self.arch_names.add(stmt.name)
+            if cls is not None:  # a method, read as `x.name`
+                self.arch_names.add_members((stmt.name,))
+            else:
+                self.arch_names.add(stmt.name)
         if inner.attributes_bound:
             # `self.x = False; if is_sm100(): self.x = …`: arch-dependent only after the branches
             # merge, so the methods reading `self.x` are found here rather than at an assignment.
-            self.arch_names.update(k.split(".", 1)[1] for k, v in inner.env.items() if "." in k and v.arch)
+            self.arch_names.add_members(
+                k.split(".", 1)[1] for k, v in inner.env.items() if "." in k and v.arch
+            )
 
     def _read_choices(
         self,

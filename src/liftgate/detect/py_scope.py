@@ -55,6 +55,40 @@ class FunctionInfo:
     cls: ClassRef | None = None
 
 
+class ArchNames(set[str]):
+    """The names found to carry an arch-dependent value, each known as either a *member* (an
+    attribute or a method: ``self.use_fp8 = …``, ``def forward(self)`` whose returns differ), which
+    another module can read only as ``x.name`` or by a string (``getattr(x, "name")``), or a *free*
+    name (a module global, a module-level or nested function, anything else), which it can also
+    read bare (``from m import name``). ``add`` and ``update`` mark a name free, ``add_members``
+    marks names members unless they are free already, so a site that does not say is read the
+    broad way. Every mention counts for which functions a walked module walks; the second round's
+    choice of modules reads ``members`` (`liftgate.detect.python.PythonAnalyzer.analyze`)."""
+
+    __slots__ = ("free",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.free: set[str] = set()
+
+    def add(self, name: str) -> None:
+        self.free.add(name)
+        super().add(name)
+
+    def update(self, *names: Iterable[str]) -> None:
+        for found in names:
+            found = list(found)
+            self.free.update(found)
+            super().update(found)
+
+    def add_members(self, names: Iterable[str]) -> None:
+        super().update(names)
+
+    def members(self) -> set[str]:
+        """The names only ever found as attributes or methods."""
+        return set(self) - self.free
+
+
 @dataclass(frozen=True, slots=True)
 class ClassInfo:
     module: Module
@@ -101,7 +135,7 @@ class Scopes:
         self._in_progress: set[object] = set()
         self._calls: dict[tuple[object, ...], AV] = {}
         self._depth = 0
-        self.arch_names: set[str] = set()  # module-level names found to carry an arch-dependent value
+        self.arch_names = ArchNames()  # names found to carry an arch-dependent value
         self._suffix_index: dict[str, str] | None = None
         self._self_indexes: dict[tuple[int, str], list[Any]] = {}  # py_eval.SelfAssignments
         self._assigners: dict[int, dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]] = {}

@@ -70,6 +70,13 @@ _GENERATED = re.compile(
 _GENERATED_HEAD = 4096  # a generated module says so at its top
 _METHOD_DEF = re.compile(rb"\n[ \t]+(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)")  # an indented def
 _LONG_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,}")
+# An identifier read as an attribute (after a dot, across spaces, line breaks, continuations and
+# comments, which brackets allow) or right after a quote (`getattr(x, "name")`).
+_MEMBER_IDENTIFIER = re.compile(rb"(?:\.(?:[ \t\f\r\n]|\\\r?\n|#[^\n]*\n)*|[\"'])([A-Za-z_][A-Za-z0-9_]{3,})")
+# The names an import statement binds or reads (`from m import (a,\n b)`, continuations too), and a
+# star import, which binds names its text does not spell.
+_IMPORTED = re.compile(rb"import[ \t]*(\([^)]*\)|(?:[^\n\\]|\\\r?\n|\\.)*)")
+_STAR_IMPORT = re.compile(rb"import[ \t]*\*")
 # `class Name(Base[Config], ABC):`, bases over several lines too: which names a class derives from
 _CLASS_DEF = re.compile(
     rb"(?ms)^[ \t]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\[[^\]]{0,400}\])?\((.{0,4000}?)\)[ \t]*:"
@@ -168,6 +175,30 @@ class PythonAnalyzer:
             found = frozenset(_LONG_IDENTIFIER.findall(data)) if data is not None else frozenset()
             self._idents[name] = found
         return found
+
+    def _mentions_found(self, name: str, free: set[bytes], members: set[bytes]) -> bool:
+        """Whether a module's text can read a name found arch-dependent (`ArchNames`): a member
+        only as an attribute or a string, a free name (a module global or function) that way too,
+        or where an import statement names it, or anywhere in a module with a star import. A
+        module that spells ``view`` or ``enabled`` only as a local variable, a parameter or a
+        keyword cannot read another module's function or a method of that name; read as any
+        mention, such names brought 3,391 modules into the second round of FlashInfer 0.7.2.post1
+        + SGLang 0.5.23, 29 of them with gates."""
+        identifiers = self._identifiers(name)
+        named_free = not identifiers.isdisjoint(free)
+        if not named_free and identifiers.isdisjoint(members):
+            return False
+        data = self._bytes(name)
+        if data is None:
+            return False
+        if named_free and _STAR_IMPORT.search(data):
+            return True
+        read = set(_MEMBER_IDENTIFIER.findall(data))
+        if named_free:
+            for imported in _IMPORTED.findall(data):
+                read.update(_LONG_IDENTIFIER.findall(imported))
+            return not read.isdisjoint(free) or not read.isdisjoint(members)
+        return not read.isdisjoint(members)
 
     def _load(self, name: str) -> Module | None:
         if name in self._modules:
@@ -374,15 +405,17 @@ class PythonAnalyzer:
                             parametric = self.interpreter.walk_parametric()
                         if len(self.interpreter.arch_names) == known and not parametric:
                             break
-                    names = sorted(
-                        n for n in self.interpreter.arch_names if len(n) > 3 and not n.startswith("__")
-                    )
+                    if _round:
+                        break
+                    found = self.interpreter.arch_names
+                    names = sorted(n for n in found if len(n) > 3 and not n.startswith("__"))
                     if not names:
                         break
-                    wanted = {n.encode() for n in names}
+                    free = {n.encode() for n in names if n in found.free}
+                    members = {n.encode() for n in names if n not in found.free}
                     todo = {
                         name for name in self._sources
-                        if name not in walked and not self._identifiers(name).isdisjoint(wanted)
+                        if name not in walked and self._mentions_found(name, free, members)
                     }  # fmt: skip
                     self._loadable |= todo
                     # Only modules never walked are asked again: the identifiers of the others (most
