@@ -140,12 +140,15 @@ def test_a_module_that_reads_the_method_is_read_whatever_its_other_names() -> No
 def test_arch_names_free_wins_over_member() -> None:
     names = ArchNames()
     names.add_members(["mode"])
-    assert names.members() == {"mode"}
+    assert names == {"mode"} and names.free == set()
     names.add("mode")  # also a module global somewhere: read bare too
     names.add_members(["mode"])
-    assert names.members() == set() and "mode" in names.free
+    assert names == {"mode"} and names.free == {"mode"}
     names.update(["a", "b"], ["c"])
-    assert {"a", "b", "c"} <= names.free and {"a", "b", "c", "mode"} <= names
+    assert names.free == {"a", "b", "c", "mode"} == names
+    names.add_function("view", method=True)
+    names.add_function("enabled", method=False)
+    assert "view" in names and "view" not in names.free and "enabled" in names.free
 
 
 def _stdlib_modules() -> list[Path]:

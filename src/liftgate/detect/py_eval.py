@@ -1209,11 +1209,7 @@ class Evaluator(Scopes):
             line = arch_returns[0].lineno if arch_returns else getattr(node, "lineno", None)
             step = Evidence(f"{info.qualname}() returns {shown}", info.module.path, line)
             result = AV(result.sets, result.inferred, (step, *result.trail)[:16], result.deps)
-            name = info.qualname.split(".")[-1]
-            if info.cls is not None:  # a method, read as `x.name`
-                self.arch_names.add_members((name,))
-            else:
-                self.arch_names.add(name)
+            self.arch_names.add_function(info.qualname.split(".")[-1], method=info.cls is not None)
         return result
 
     def exec_block(self, stmts: list[ast.stmt], frame: Frame) -> None:

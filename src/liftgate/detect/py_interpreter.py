@@ -220,10 +220,7 @@ class Interpreter(Executor):
         if any(carries_arch(value) for value, _ in inner.returns) or _returns_differ(
             inner.returns, stmt.name
         ):
-            if cls is not None:  # a method, read as `x.name`
-                self.arch_names.add_members((stmt.name,))
-            else:
-                self.arch_names.add(stmt.name)
+            self.arch_names.add_function(stmt.name, method=cls is not None)
         if inner.attributes_bound:
             # `self.x = False; if is_sm100(): self.x = …`: arch-dependent only after the branches
             # merge, so the methods reading `self.x` are found here rather than at an assignment.

@@ -63,7 +63,7 @@ class ArchNames(set[str]):
     read bare (``from m import name``). ``add`` and ``update`` mark a name free, ``add_members``
     marks names members unless they are free already, so a site that does not say is read the
     broad way. Every mention counts for which functions a walked module walks; the second round's
-    choice of modules reads ``members`` (`liftgate.detect.python.PythonAnalyzer.analyze`)."""
+    choice of modules tells the two apart (`liftgate.detect.python.PythonAnalyzer._mentions_found`)."""
 
     __slots__ = ("free",)
 
@@ -84,9 +84,13 @@ class ArchNames(set[str]):
     def add_members(self, names: Iterable[str]) -> None:
         super().update(names)
 
-    def members(self) -> set[str]:
-        """The names only ever found as attributes or methods."""
-        return set(self) - self.free
+    def add_function(self, name: str, method: bool) -> None:
+        """A function whose result depends on the device: a member if it is a method (read as
+        ``x.name``), free otherwise."""
+        if method:
+            super().add(name)
+        else:
+            self.add(name)
 
 
 @dataclass(frozen=True, slots=True)
